@@ -1,0 +1,1 @@
+"""The HLO-like IR: data structures, text printer and parser, verifier, reference interpreter."""

@@ -1,0 +1,139 @@
+"""In-memory form of an ISA program: HBM tensors, access patterns and instructions.
+
+Text syntax of an access pattern (see docs/isa.md):
+  on chip:  ``sbuf[P0:P1]@OFF[S,C][S,C]:DT``   partitions P0..P1-1, byte offset OFF within each
+            partition, then up to 4 free-dimension (stride, count) pairs in elements, outermost first.
+  HBM:      ``hbm:NAME@OFF[PS,PC][S,C]:DT``    byte offset OFF into tensor NAME; the first pair is
+            the partition dimension (element stride PS, count PC; PS=0 broadcasts one row), the rest
+            are free pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+
+from isa.dtypes import dtype as lookup_dtype
+
+MEMORIES = ("sbuf", "psum", "hbm")
+ENGINES = ("pe", "act", "dve", "pool", "sp")
+TENSOR_KINDS = ("input", "output", "const", "scratch")
+
+
+@dataclass(frozen=True)
+class AccessPattern:
+    """A [partitions x free...] view of SBUF, PSUM or an HBM tensor."""
+
+    memory: str
+    dtype: str
+    offset: int  # bytes: within each partition (sbuf/psum) or from the tensor start (hbm)
+    pattern: tuple[tuple[int, int], ...]  # free dims: (stride in elements, count), outermost first
+    start_partition: int = 0  # sbuf/psum only
+    partitions: int = 1
+    tensor: str | None = None  # hbm only
+    partition_stride: int = 0  # hbm only: elements between consecutive partitions
+
+    @property
+    def free_shape(self) -> tuple[int, ...]:
+        return tuple(c for _, c in self.pattern)
+
+    @property
+    def free_size(self) -> int:
+        """Elements per partition."""
+        return prod(self.free_shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.partitions, *self.free_shape)
+
+    @property
+    def itemsize(self) -> int:
+        return lookup_dtype(self.dtype).itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.partitions * self.free_size * self.itemsize
+
+    def contiguous_bytes(self) -> int:
+        """Length in bytes of the longest unit-stride run per partition (DMA efficiency)."""
+        run = 1
+        for stride, count in reversed(self.pattern):
+            if stride != run:
+                break
+            run *= count
+        return (run if self.pattern and self.pattern[-1][0] == 1 else 1) * self.itemsize
+
+    def byte_span(self) -> tuple[int, int]:
+        """[lo, hi) bytes touched within one partition (or within the tensor for HBM, per row 0)."""
+        hi = self.offset
+        for stride, count in self.pattern:
+            hi += stride * (count - 1) * self.itemsize
+        return self.offset, hi + self.itemsize
+
+
+@dataclass
+class Instruction:
+    """One instruction of one engine's stream.
+
+    ``operands`` maps operand names of the opcode's table entry to access patterns; ``attrs`` maps
+    attribute names to int/float/str values (a per-partition scale or bias given as a pattern goes
+    in ``operands``). ``waits`` are (semaphore, value) pairs that must all hold before the
+    instruction starts; every semaphore in ``signals`` is incremented by one when it completes.
+    """
+
+    engine: str
+    opcode: str
+    operands: dict[str, AccessPattern] = field(default_factory=dict)
+    attrs: dict[str, int | float | str] = field(default_factory=dict)
+    waits: list[tuple[int, int]] = field(default_factory=list)
+    signals: list[int] = field(default_factory=list)
+    line: int | None = None  # source line in the .s text, for error messages
+    comment: str = ""
+
+
+@dataclass
+class TensorDecl:
+    """A tensor in HBM: a program input, output, compile-time constant or scratch buffer."""
+
+    name: str
+    kind: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return prod(self.shape) * lookup_dtype(self.dtype).itemsize
+
+
+@dataclass
+class Program:
+    """A whole program: its target, HBM tensors, constant data and the instruction list.
+
+    Instructions are kept in one list in schedule order; each engine's stream is the subsequence
+    with that engine. ``inputs``/``outputs`` order the input and output tensors of the model.
+    ``meta`` holds free-form compiler facts (peak SBUF bytes, useful MACs...) as str/int/float.
+    """
+
+    target: str
+    tensors: dict[str, TensorDecl] = field(default_factory=dict)
+    instructions: list[Instruction] = field(default_factory=list)
+    constants: dict[str, np.ndarray] = field(default_factory=dict)
+    inputs: list[str] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+    meta: dict[str, int | float | str] = field(default_factory=dict)
+
+    def add_tensor(self, name: str, kind: str, dtype: str, shape: tuple[int, ...]) -> TensorDecl:
+        if kind not in TENSOR_KINDS:
+            raise ValueError(f"tensor kind {kind!r} not in {TENSOR_KINDS}")
+        decl = TensorDecl(name, kind, dtype, tuple(shape))
+        self.tensors[name] = decl
+        if kind == "input":
+            self.inputs.append(name)
+        elif kind == "output":
+            self.outputs.append(name)
+        return decl
+
+    def stream(self, engine: str) -> list[Instruction]:
+        return [i for i in self.instructions if i.engine == engine]
