@@ -1,0 +1,201 @@
+"""The public Python API: compile a model to an Executable, run and profile it on the emulator."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import ModelLoadError, NeuroncError
+from compiler.hlo.ir import Module
+from isa.dtypes import dtype as isa_dtype
+from isa.errors import InputError
+from isa.program import Program
+
+AUTO_CAST_MODES = ("none", "matmult", "all")
+AUTO_CAST_TYPES = ("bf16", "fp8_e4m3")
+
+
+@dataclass
+class CompileOptions:
+    """Everything that steers one compilation (the CLI flags of design.md)."""
+
+    target: str = "trn1"
+    opt_level: int = 2
+    auto_cast: str = "none"
+    auto_cast_type: str = "bf16"
+    dump_dir: str | None = None
+    dump_pass_re: str | None = None
+    verify_each: bool = False
+    disabled_passes: tuple[str, ...] = ()
+    fusion: str = "greedy"
+    capture: str = "export"
+    timing: bool = False
+
+    def validate(self) -> None:
+        if self.opt_level not in (0, 1, 2, 3):
+            raise NeuroncError(f"opt_level must be 0..3, got {self.opt_level}")
+        if self.auto_cast not in AUTO_CAST_MODES:
+            raise NeuroncError(f"auto_cast must be one of {AUTO_CAST_MODES}, got {self.auto_cast!r}")
+        if self.auto_cast_type not in AUTO_CAST_TYPES:
+            raise NeuroncError(f"auto_cast_type must be one of {AUTO_CAST_TYPES}, got {self.auto_cast_type!r}")
+
+
+@dataclass
+class Executable:
+    """A compiled program plus what is needed to feed it and to explain it."""
+
+    program: Program
+    hlo: str = ""
+    pass_timing: str = ""
+    reports: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def asm(self) -> str:
+        from isa.asm import print_program
+
+        return print_program(self.program)
+
+    @property
+    def target(self) -> str:
+        return self.program.target
+
+    def input_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(name, ISA dtype, shape) of every input, in order."""
+        return [(n, self.program.tensors[n].dtype, self.program.tensors[n].shape) for n in self.program.inputs]
+
+    def _bind(self, inputs: Sequence[Any]) -> dict[str, np.ndarray]:
+        specs = self.input_specs()
+        if len(inputs) != len(specs):
+            raise InputError(f"the program takes {len(specs)} input(s) "
+                             f"({', '.join(f'{n}: {d}{list(s)}' for n, d, s in specs)}), got {len(inputs)}")
+        bound = {}
+        for (name, dt, shape), value in zip(specs, inputs, strict=True):
+            array = to_numpy(value)
+            want = isa_dtype(dt).numpy
+            if tuple(array.shape) != tuple(shape):
+                raise InputError(f"input {name}: expected shape {list(shape)}, got {list(array.shape)}")
+            if array.dtype != want:
+                raise InputError(f"input {name}: expected dtype {dt} ({want}), got {array.dtype}")
+            bound[name] = array
+        return bound
+
+    def run(self, *inputs: Any, check: bool = False) -> list[np.ndarray]:
+        """Run on the emulator; returns the outputs in order as numpy arrays."""
+        from isa.emulator import run_program
+
+        result = run_program(self.program, self._bind(inputs), check=check)
+        return [result.outputs[name] for name in self.program.outputs]
+
+    def profile(self, *inputs: Any, check: bool = False, progress: bool = False):
+        """Run with timing; returns the emulator's Profile."""
+        from isa.emulator import run_program
+
+        return run_program(self.program, self._bind(inputs), check=check, progress=progress).profile
+
+    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
+        """Inputs drawn from N(0, 1) (integers from 0..9) with the program's shapes and dtypes."""
+        rng = np.random.default_rng(seed)
+        result = []
+        for _, dt, shape in self.input_specs():
+            d = isa_dtype(dt)
+            values = rng.standard_normal(shape) if d.is_float else rng.integers(0, 10, shape)
+            result.append(values.astype(d.numpy))
+        return result
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the .neff container (atomically)."""
+        from isa import neff
+
+        self.program.meta["hlo"] = self.hlo
+        neff.save(self.program, os.fspath(path))
+
+
+def to_numpy(value: Any) -> np.ndarray:
+    """A torch tensor or array-like as a numpy array (bf16 tensors keep their dtype)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a hard dependency
+        torch = None
+    if torch is not None and isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu()
+        if tensor.dtype == torch.bfloat16:
+            return tensor.view(torch.int16).numpy().view(isa_dtype("bf16").numpy)
+        return tensor.numpy()
+    return np.asarray(value)
+
+
+def load(path: str | os.PathLike) -> Executable:
+    """Load an Executable from a .neff file written by Executable.save or `neuronc compile`."""
+    from isa import neff
+
+    program = neff.load(os.fspath(path))
+    return Executable(program=program, hlo=str(program.meta.get("hlo", "")))
+
+
+def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOptions) -> Module:
+    if isinstance(model, Module):
+        return model
+    if isinstance(model, (str, os.PathLike)):
+        text = os.fspath(model)
+        from compiler.hlo.io import load_hlo_file
+        from compiler.hlo.parser import parse_module
+
+        if "HloModule" in text:
+            return parse_module(text)
+        if not Path(text).is_file():
+            raise ModelLoadError(f"{text}: no such HLO file")
+        return load_hlo_file(text)
+    from frontend import import_model
+
+    return import_model(model, tuple(example_inputs), capture=options.capture)
+
+
+def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1", opt_level: int = 2,
+            auto_cast: str = "none", dump_dir: str | None = None, **kwargs: Any) -> Executable:
+    """Compile a torch.nn.Module, ExportedProgram, HLO Module, HLO text or .hlo path for `target`.
+
+    Extra keyword arguments are fields of CompileOptions (auto_cast_type, dump_pass_re, verify_each,
+    disabled_passes, fusion, capture, timing).
+    """
+    options = CompileOptions(target=target, opt_level=opt_level, auto_cast=auto_cast, dump_dir=dump_dir,
+                             **kwargs)
+    options.validate()
+    from isa.target import load_target
+
+    try:
+        target_machine = load_target(options.target)
+    except ValueError as e:
+        raise NeuroncError(str(e)) from None
+    module = _import_module(model, example_inputs, options)
+    return compile_module(module, target_machine, options)
+
+
+def compile_module(module: Module, target_machine: Any, options: CompileOptions) -> Executable:
+    """Run the pass pipeline and the backend on an HLO module."""
+    from backend import compile_module as backend_compile
+    from compiler.hlo.printer import print_module
+    from compiler.hlo.verifier import verify_module
+    from compiler.pass_manager import PipelineOptions, build_pipeline
+
+    verify_module(module)
+    pipeline = build_pipeline(options.opt_level, PipelineOptions(
+        auto_cast=options.auto_cast, auto_cast_type=options.auto_cast_type, fusion=options.fusion,
+        dump_dir=options.dump_dir, dump_pass_re=options.dump_pass_re, verify_each=options.verify_each,
+        disabled_passes=tuple(options.disabled_passes)))
+    pipeline.run(module)
+    result = backend_compile(module, target_machine)
+    exe = Executable(program=result.program, hlo=print_module(module),
+                     pass_timing=pipeline.timing_report(),
+                     reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})
+    if options.dump_dir:
+        out = Path(options.dump_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for name, text in exe.reports.items():
+            (out / name).write_text(text)
+        (out / "program.s").write_text(exe.asm)
+    return exe

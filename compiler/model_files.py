@@ -1,0 +1,72 @@
+"""Load the MODEL argument of `neuronc compile`: a .py file, a .pt2 ExportedProgram or a .hlo file."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from compiler.errors import ModelLoadError
+
+MODEL_SUFFIXES = (".py", ".pt2", ".hlo")
+
+
+def load_model_file(path: str, entry: str = "get_model") -> tuple[Any, tuple]:
+    """Return (model, example_inputs); for .hlo, (path, ()) so that the driver parses it."""
+    file = Path(path)
+    if not file.is_file():
+        raise ModelLoadError(f"{path}: no such file")
+    suffix = file.suffix.lower()
+    if suffix == ".hlo":
+        return str(file), ()
+    if suffix == ".pt2":
+        return _load_exported_program(file), ()
+    if suffix == ".py":
+        return _load_python_model(file, entry)
+    raise ModelLoadError(f"{path}: unknown model format {suffix!r}; expected one of {', '.join(MODEL_SUFFIXES)}")
+
+
+def _load_exported_program(file: Path) -> Any:
+    import torch
+
+    try:
+        program = torch.export.load(str(file))
+    except Exception as e:  # torch raises many types for a bad archive
+        raise ModelLoadError(f"{file}: not a saved torch.export ExportedProgram ({type(e).__name__}: {e})") from None
+    return program
+
+
+def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
+    spec = importlib.util.spec_from_file_location(f"neuronc_model_{file.stem}", file)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"{file}: cannot be imported as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(file.parent))
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:
+        raise ModelLoadError(f"{file}: importing it raised {type(e).__name__}: {e}{_user_frame(e, file)}") from None
+    finally:
+        sys.path.remove(str(file.parent))
+    factory = getattr(module, entry, None)
+    if factory is None or not callable(factory):
+        raise ModelLoadError(f"{file}: defines no function {entry}(); a model file must define "
+                             f"{entry}() -> (torch.nn.Module, example_inputs) (choose another name with --entry)")
+    try:
+        result = factory()
+    except Exception as e:
+        raise ModelLoadError(f"{file}: {entry}() raised {type(e).__name__}: {e}{_user_frame(e, file)}") from None
+    if not (isinstance(result, tuple) and len(result) == 2):
+        raise ModelLoadError(f"{file}: {entry}() must return (model, example_inputs), got {type(result).__name__}")
+    model, example_inputs = result
+    if not isinstance(example_inputs, (tuple, list)):
+        example_inputs = (example_inputs,)
+    return model, tuple(example_inputs)
+
+
+def _user_frame(error: BaseException, file: Path) -> str:
+    """' (at file:line)' for the deepest frame of the user's file, if any."""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if Path(f.filename) == file]
+    return f" (at {file}:{frames[-1].lineno})" if frames else ""
