@@ -1,0 +1,84 @@
+"""Byte-addressed memories of one NeuronCore and numpy views of access patterns.
+
+SBUF and PSUM are ``[partitions, bytes_per_partition]`` uint8 arrays; HBM is one uint8 buffer per
+``TensorDecl``. An ``AccessPattern`` becomes a strided numpy *view* of shape
+``(partitions, *free_shape)`` typed with the pattern's dtype, so instructions read and write memory
+without per-element Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from isa.dtypes import dtype as lookup_dtype
+from isa.errors import InputError, ProgramError
+from isa.program import AccessPattern, Program
+from isa.target import Target
+
+
+class Memory:
+    """The state of SBUF, PSUM and the HBM tensors of one program run."""
+
+    def __init__(self, program: Program, target: Target):
+        parts = target.partitions
+        self.sbuf = np.zeros((parts, target.sbuf_partition_bytes), dtype=np.uint8)
+        self.psum = np.zeros((parts, target.psum_partition_bytes), dtype=np.uint8)
+        self.hbm: dict[str, np.ndarray] = {
+            name: np.zeros(decl.nbytes, dtype=np.uint8) for name, decl in program.tensors.items()
+        }
+        self.program = program
+
+    def on_chip(self, memory: str) -> np.ndarray:
+        return self.sbuf if memory == "sbuf" else self.psum
+
+    def view(self, ap: AccessPattern) -> np.ndarray:
+        """A writable strided view of ``ap`` with shape ``(partitions, *free_shape)``.
+
+        The caller has checked the bounds (see ``isa.emulator.rules``).
+        """
+        dt = lookup_dtype(ap.dtype).numpy
+        size = dt.itemsize
+        free_strides = tuple(stride * size for stride, _ in ap.pattern)
+        if ap.memory == "hbm":
+            base = self.hbm[ap.tensor]
+            offset = ap.offset
+            strides = (ap.partition_stride * size, *free_strides)
+        else:
+            base = self.on_chip(ap.memory)
+            offset = ap.start_partition * base.shape[1] + ap.offset
+            strides = (base.shape[1], *free_strides)
+        return np.ndarray(ap.shape, dtype=dt, buffer=base, offset=offset, strides=strides)
+
+    def load_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
+        """Copy the program inputs and constants into their HBM buffers, checking names, shapes, dtypes."""
+        program = self.program
+        unknown = sorted(set(inputs) - set(program.inputs))
+        if unknown:
+            raise InputError(f"unknown input(s) {', '.join(unknown)}; the program's inputs are "
+                             f"{', '.join(program.inputs) or '(none)'}")
+        for name in program.inputs:
+            if name not in inputs:
+                raise InputError(f"missing input {name!r}; the program's inputs are "
+                                 f"{', '.join(program.inputs)}")
+            self._fill(name, np.asarray(inputs[name]), InputError, "input")
+        for name, decl in program.tensors.items():
+            if decl.kind != "const":
+                continue
+            if name not in program.constants:
+                raise ProgramError(f"constant tensor {name!r} has no data in program.constants")
+            self._fill(name, np.asarray(program.constants[name]), ProgramError, "constant")
+
+    def _fill(self, name: str, value: np.ndarray, error: type[Exception], what: str) -> None:
+        decl = self.program.tensors[name]
+        want = lookup_dtype(decl.dtype).numpy
+        if value.shape != tuple(decl.shape) or value.dtype != want:
+            raise error(f"{what} {name!r}: expected {decl.dtype}{list(decl.shape)} "
+                        f"(numpy {want}), given {value.dtype}{list(value.shape)}")
+        self.hbm[name][:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+
+    def read_tensor(self, name: str) -> np.ndarray:
+        """A copy of HBM tensor ``name``, shaped and typed as declared."""
+        decl = self.program.tensors[name]
+        return self.hbm[name].view(lookup_dtype(decl.dtype).numpy).reshape(decl.shape).copy()

@@ -1,0 +1,154 @@
+"""Arithmetic of the compute engines: activation functions, ALU and reduce ops, rounding on store.
+
+Every compute result is evaluated in fp32 (float64 where numpy offers nothing better, then rounded)
+and stored with round-to-nearest-even into the destination dtype (ml_dtypes casts are RNE);
+fp8 saturates to its largest finite value, integers saturate to their range.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from isa.dtypes import dtype as lookup_dtype
+
+F32 = np.float32
+Array = np.ndarray
+
+
+def _erfc(x: Array) -> Array:
+    """Complementary error function, fractional error < 1.2e-7 everywhere (Numerical Recipes erfcc)."""
+    z = np.abs(x)
+    t = 1.0 / (1.0 + 0.5 * z)
+    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
+        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
+            -0.82215223 + t * 0.17087277))))))))
+    ans = t * np.exp(-z * z + poly)
+    return np.where(x >= 0, ans, 2.0 - ans)
+
+
+def _gelu(x: Array) -> Array:
+    x64 = x.astype(np.float64)
+    return (0.5 * x64 * _erfc(-x64 / np.sqrt(2.0))).astype(F32)
+
+
+def _gelu_tanh(x: Array) -> Array:
+    x64 = x.astype(np.float64)
+    inner = np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64**3)
+    return (0.5 * x64 * (1.0 + np.tanh(inner))).astype(F32)
+
+
+def _sigmoid(x: Array) -> Array:
+    x64 = x.astype(np.float64)
+    return (0.5 * (1.0 + np.tanh(0.5 * x64))).astype(F32)
+
+
+def _silu(x: Array) -> Array:
+    return (x.astype(np.float64) * _sigmoid(x).astype(np.float64)).astype(F32)
+
+
+def _identity(x: Array) -> Array:
+    return x
+
+
+# activation func name -> fp32 array -> fp32 array (machine-model.md "Vector (DVE), Scalar (ACT)")
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "identity": _identity,
+    "copy": _identity,
+    "relu": lambda x: np.maximum(x, F32(0)),
+    "gelu": _gelu,
+    "gelu_tanh": _gelu_tanh,
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: (1.0 / np.sqrt(x.astype(np.float64))).astype(F32),
+    "reciprocal": lambda x: np.reciprocal(x),
+    "square": np.square,
+    "silu": _silu,
+}
+
+
+def _as_bool(x: Array) -> Array:
+    return x != 0
+
+
+def _compare(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Array]:
+    return lambda a, b: fn(a, b).astype(F32)
+
+
+# ALU op -> (operand domain, function). "f32": inputs upcast to fp32; "int": inputs as int64
+# (floats truncate toward zero), for the bitwise ops only.
+ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
+    "add": ("f32", np.add),
+    "subtract": ("f32", np.subtract),
+    "multiply": ("f32", np.multiply),
+    "divide": ("f32", np.divide),
+    "max": ("f32", np.maximum),
+    "min": ("f32", np.minimum),
+    "pow": ("f32", np.power),
+    "is_equal": ("f32", _compare(np.equal)),
+    "not_equal": ("f32", _compare(np.not_equal)),
+    "is_gt": ("f32", _compare(np.greater)),
+    "is_ge": ("f32", _compare(np.greater_equal)),
+    "is_lt": ("f32", _compare(np.less)),
+    "is_le": ("f32", _compare(np.less_equal)),
+    "bitwise_and": ("int", np.bitwise_and),
+    "bitwise_or": ("int", np.bitwise_or),
+    "bitwise_xor": ("int", np.bitwise_xor),
+    "logical_and": ("f32", lambda a, b: np.logical_and(_as_bool(a), _as_bool(b)).astype(F32)),
+    "logical_or": ("f32", lambda a, b: np.logical_or(_as_bool(a), _as_bool(b)).astype(F32)),
+}
+
+# reduce op -> numpy reduction over axis 1 of a [P, F] fp32 array
+REDUCE: dict[str, Callable[[Array], Array]] = {
+    "add": lambda x: np.sum(x, axis=1, dtype=F32, keepdims=True),
+    "max": lambda x: np.max(x, axis=1, keepdims=True),
+    "min": lambda x: np.min(x, axis=1, keepdims=True),
+}
+
+
+def read_f32(view: Array) -> Array:
+    """The values of ``view`` flattened to ``[P, F]`` as fp32 (exact for every machine dtype but i32)."""
+    flat = view.reshape(view.shape[0], -1)
+    return flat.astype(F32)
+
+
+def read_int(view: Array) -> Array:
+    """The values of ``view`` as ``[P, F]`` int64 (floats truncate toward zero)."""
+    flat = view.reshape(view.shape[0], -1)
+    if flat.dtype.kind in "iu":
+        return flat.astype(np.int64)
+    return np.trunc(flat.astype(np.float64)).astype(np.int64)
+
+
+def make_store(dtype_name: str) -> Callable[[Array, Array], None]:
+    """A function ``store(dst_view, values)`` rounding ``values`` into the dtype of ``dst_view``."""
+    np_dtype = lookup_dtype(dtype_name).numpy
+    if np_dtype.kind in "iu":
+        info = np.iinfo(np_dtype)
+
+        def store_int(dst: Array, values: Array) -> None:
+            if values.dtype.kind == "f":
+                values = np.rint(np.nan_to_num(values.astype(np.float64)))
+            dst[...] = np.clip(values, info.min, info.max).astype(np_dtype).reshape(dst.shape)
+
+        return store_int
+    if dtype_name.startswith("fp8"):
+        limit = float(np.finfo(np_dtype).max)
+
+        def store_fp8(dst: Array, values: Array) -> None:
+            # saturate: clip finite overflow (and inf) to the largest finite value; NaN stays NaN
+            clipped = np.clip(values.astype(F32), -limit, limit)
+            dst[...] = clipped.astype(np_dtype).reshape(dst.shape)
+
+        return store_fp8
+
+    def store_float(dst: Array, values: Array) -> None:
+        if values.dtype != F32:
+            values = values.astype(F32)
+        dst[...] = values.reshape(dst.shape).astype(np_dtype, copy=False)
+
+    return store_float

@@ -1,0 +1,128 @@
+"""The profile of one emulated run: time, utilization, traffic, counts, stalls and the timeline."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from isa.emulator.decode import Op
+from isa.emulator.scheduler import Timeline
+from isa.emulator.trace import Span, chrome_trace
+from isa.program import ENGINES, Program
+from isa.target import Target
+
+PE_ARRAY = 128 * 128  # MACs per PE cycle (machine-model.md "Tensor engine (PE)": utilization)
+
+
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of [start, end) intervals."""
+    total, cur_start, cur_end = 0.0, None, None
+    for start, end in sorted(intervals):
+        if cur_end is None or start > cur_end:
+            if cur_end is not None:
+                total += cur_end - cur_start
+            cur_start, cur_end = start, end
+        else:
+            cur_end = max(cur_end, end)
+    if cur_end is not None:
+        total += cur_end - cur_start
+    return total
+
+
+@dataclass
+class Profile:
+    time_us: float
+    cycles: float  # PE cycles elapsed
+    mfu: float
+    engine_busy: dict[str, float]  # busy fraction of total time per engine and "dma"
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    peak_sbuf_bytes: int
+    instruction_counts: dict[str, int]  # by "engine.opcode"
+    stalls: dict[str, dict[str, float]]  # engine -> releasing engine/queue -> us waited on semaphores
+    target: str = ""
+    useful_macs: int = 0
+    spans: list[Span] = field(default_factory=list, repr=False)
+    queues: int = 16
+
+    def summary(self) -> str:
+        seconds = self.time_us * 1e-6
+        bandwidth = (self.hbm_read_bytes + self.hbm_write_bytes) / seconds / 1e9 if seconds else 0.0
+        lines = [
+            f"target {self.target}: {self.time_us:.3f} us, {self.cycles:.0f} PE cycles, "
+            f"MFU {100 * self.mfu:.2f}% ({self.useful_macs} useful MACs)",
+            f"HBM read {_bytes(self.hbm_read_bytes)}, write {_bytes(self.hbm_write_bytes)}, "
+            f"{bandwidth:.1f} GB/s; peak SBUF {_bytes(self.peak_sbuf_bytes)}",
+            "",
+            f"{'engine':<8}{'busy %':>8}{'stalled us':>12}",
+        ]
+        for engine, busy in self.engine_busy.items():
+            stalled = sum(self.stalls.get(engine, {}).values())
+            lines.append(f"{engine:<8}{100 * busy:>8.1f}{stalled:>12.3f}")
+        lines += ["", f"{'instruction':<26}{'count':>8}"]
+        for name, count in sorted(self.instruction_counts.items(), key=lambda kv: (-kv[1], kv[0])):
+            lines.append(f"{name:<26}{count:>8}")
+        top = sorted(((us, engine, source) for engine, by in self.stalls.items() for source, us in by.items()),
+                     reverse=True)[:5]
+        if top:
+            lines += ["", "top stalls (engine waiting on semaphores signalled by):"]
+            lines += [f"  {engine:<6} <- {source:<8}{us:>12.3f} us" for us, engine, source in top]
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target, "time_us": self.time_us, "cycles": self.cycles, "mfu": self.mfu,
+            "useful_macs": self.useful_macs, "engine_busy": dict(self.engine_busy),
+            "hbm_read_bytes": self.hbm_read_bytes, "hbm_write_bytes": self.hbm_write_bytes,
+            "peak_sbuf_bytes": self.peak_sbuf_bytes, "instruction_counts": dict(self.instruction_counts),
+            "stalls": {e: dict(by) for e, by in self.stalls.items()},
+        }
+
+    def save_trace(self, path: str) -> None:
+        """Write a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing)."""
+        trace = chrome_trace(self.spans, self.queues, {"summary": self.to_dict()})
+        with open(path, "w") as f:
+            json.dump(trace, f)
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return f"{n}"
+
+
+def build_profile(program: Program, target: Target, ops: list[Op], timeline: Timeline) -> Profile:
+    total_ns = timeline.time_ns
+    spans: list[Span] = []
+    intervals: dict[str, list[tuple[float, float]]] = {e: [] for e in (*ENGINES, "dma")}
+    for op in ops:
+        start, end = timeline.start[op.index], timeline.end[op.index]
+        intervals[op.engine].append((start, end))
+        spans.append(Span(op.engine, f"{op.engine}.{op.opcode}", start, end - start, op.index, op.inst))
+        if op.queue >= 0:
+            t0, t1 = timeline.transfer_start[op.index], timeline.transfer_end[op.index]
+            intervals["dma"].append((t0, t1))
+            spans.append(Span(f"dma.q{op.queue}", "dma", t0, t1 - t0, op.index, op.inst))
+    macs = program.meta.get("useful_macs")
+    useful = int(macs) if isinstance(macs, int | float) else sum(op.macs for op in ops)
+    cycles = total_ns * target.clock_ghz("pe")
+    peak = program.meta.get("peak_sbuf_bytes", 0)
+    return Profile(
+        time_us=total_ns / 1000.0,
+        cycles=cycles,
+        mfu=useful / (PE_ARRAY * cycles) if cycles else 0.0,
+        engine_busy={e: (busy_time(iv) / total_ns if total_ns else 0.0) for e, iv in intervals.items()},
+        hbm_read_bytes=sum(op.hbm_read for op in ops),
+        hbm_write_bytes=sum(op.hbm_write for op in ops),
+        peak_sbuf_bytes=int(peak) if isinstance(peak, int | float) else 0,
+        instruction_counts=dict(Counter(f"{op.engine}.{op.opcode}" for op in ops)),
+        stalls={e: {s: ns / 1000.0 for s, ns in by.items()} for e, by in timeline.stalls.items()},
+        target=target.name,
+        useful_macs=useful,
+        spans=spans,
+        queues=target.data["dma"]["queues"],
+    )

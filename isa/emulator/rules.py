@@ -1,0 +1,260 @@
+"""Machine rules checked once per instruction when the program is decoded.
+
+Every rule comes from machine-model.md ("Memory and access rules", "Tensor engine (PE)",
+"Vector (DVE), Scalar (ACT), GpSimd (POOL)", "DMA"); the figures come from the target file.
+Structural faults (unknown opcode, operand or tensor) raise ``ProgramError``; broken machine rules
+raise ``RuleViolation``. Both name the instruction, the rule and the offending values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from isa.dtypes import DTYPES
+from isa.errors import ProgramError, RuleViolation
+from isa.instructions import OPCODES, OpcodeSpec
+from isa.program import ENGINES, AccessPattern, Instruction, Program
+from isa.target import Target
+
+MAX_FREE_DIMS = 4
+FP8_DTYPES = ("fp8e4", "fp8e5")
+
+# machine-model.md "Engines and their instruction streams": GpSimd cannot access PSUM (PE's
+# SBUF-read/PSUM-write rule is in the per-operand memories of isa.instructions.OPCODES).
+ENGINE_MEMORIES: dict[str, tuple[str, ...]] = {
+    "pe": ("sbuf", "psum"),
+    "act": ("sbuf", "psum"),
+    "dve": ("sbuf", "psum"),
+    "pool": ("sbuf",),
+    "sp": ("sbuf", "psum", "hbm"),
+}
+
+# machine-model.md "Start partition rule": (largest partition count, allowed start partitions)
+START_PARTITIONS: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (32, (0, 32, 64, 96)),
+    (64, (0, 64)),
+    (128, (0,)),
+)
+
+ATTR_KINDS: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
+
+
+def describe(index: int, inst: Instruction) -> str:
+    """``instruction #12 pe.multiply_moving (line 7)``: how errors name an instruction."""
+    line = f" (line {inst.line})" if inst.line is not None else ""
+    return f"instruction #{index} {inst.engine}.{inst.opcode}{line}"
+
+
+def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
+    """[lo, hi) bytes an access touches: within one partition on chip, within the tensor in HBM."""
+    size = DTYPES[ap.dtype].itemsize
+    dims = list(ap.pattern)
+    if ap.memory == "hbm":
+        dims.append((ap.partition_stride, ap.partitions))
+    lo = hi = ap.offset
+    for stride, count in dims:
+        reach = stride * (count - 1) * size
+        lo += min(0, reach)
+        hi += max(0, reach)
+    return lo, hi + size
+
+
+@dataclass
+class DecodeState:
+    """What the rules need to remember along the program (the PE stationary tile)."""
+
+    stationary: AccessPattern | None = None
+
+
+class RuleChecker:
+    """Validates instructions against the opcode table and the target's limits."""
+
+    def __init__(self, program: Program, target: Target):
+        self.program = program
+        self.target = target
+        self.state = DecodeState()
+        self.pe = target.data["pe"]
+        self.stream = target.data["stream"]
+
+    def check(self, index: int, inst: Instruction) -> OpcodeSpec:
+        who = describe(index, inst)
+        spec = self._structure(who, inst)
+        if inst.engine not in spec.engines:
+            self._fail(who, f"{inst.opcode} cannot run on engine {inst.engine}",
+                       f"allowed engines: {', '.join(spec.engines)}")
+        n_sems = self.target.data["semaphores"]
+        for sem in [s for s, _ in inst.waits] + list(inst.signals):
+            if not 0 <= sem < n_sems:
+                self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        for name, ap in inst.operands.items():
+            self._operand(who, inst, spec, name, ap)
+        OPCODE_RULES.get(inst.opcode, _no_rule)(self, who, inst)
+        return spec
+
+    @staticmethod
+    def _fail(who: str, rule: str, values: str) -> None:
+        raise RuleViolation(f"{who}: {rule}: {values}")
+
+    def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
+        if inst.engine not in ENGINES:
+            raise ProgramError(f"{who}: unknown engine {inst.engine!r}; known: {', '.join(ENGINES)}")
+        spec = OPCODES.get(inst.opcode)
+        if spec is None:
+            raise ProgramError(f"{who}: unknown opcode {inst.opcode!r}")
+        names = {o.name for o in spec.operands}
+        for name in inst.operands:
+            if name not in names:
+                raise ProgramError(f"{who}: unknown operand {name!r}; expected {', '.join(sorted(names))}")
+        for o in spec.operands:
+            if not o.optional and o.name not in inst.operands:
+                raise ProgramError(f"{who}: missing operand {o.name!r}")
+        attr_specs = {a.name: a for a in spec.attrs}
+        for name, value in inst.attrs.items():
+            a = attr_specs.get(name)
+            if a is None:
+                raise ProgramError(f"{who}: unknown attribute {name!r}")
+            if not isinstance(value, ATTR_KINDS[a.kind]) or isinstance(value, bool):
+                raise ProgramError(f"{who}: attribute {name}={value!r} is not {a.kind.__name__}")
+            if a.choices and value not in a.choices:
+                raise ProgramError(f"{who}: attribute {name}={value!r} not one of {', '.join(a.choices)}")
+        for a in spec.attrs:
+            if a.default is None and a.name not in inst.attrs:
+                raise ProgramError(f"{who}: missing attribute {a.name!r}")
+        return spec
+
+    def _operand(self, who: str, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern) -> None:
+        what = f"operand {name}"
+        if ap.dtype not in DTYPES:
+            self._fail(who, f"{what}: unknown dtype", f"{ap.dtype!r}; known: {', '.join(DTYPES)}")
+        allowed = spec.operand(name).memories
+        if ap.memory not in allowed:
+            self._fail(who, f"{what}: {inst.opcode} cannot access {ap.memory}",
+                       f"allowed: {', '.join(allowed)}")
+        if ap.memory not in ENGINE_MEMORIES[inst.engine]:
+            self._fail(who, f"{what}: engine {inst.engine} cannot access {ap.memory}",
+                       f"allowed: {', '.join(ENGINE_MEMORIES[inst.engine])}")
+        if len(ap.pattern) > MAX_FREE_DIMS:
+            self._fail(who, f"{what}: too many free dimensions", f"{len(ap.pattern)} > {MAX_FREE_DIMS}")
+        if any(count < 1 for _, count in ap.pattern) or ap.partitions < 1:
+            self._fail(who, f"{what}: counts must be >= 1",
+                       f"partitions {ap.partitions}, pattern {list(ap.pattern)}")
+        lo, hi = byte_bounds(ap)
+        if ap.memory == "hbm":
+            decl = self.program.tensors.get(ap.tensor or "")
+            if decl is None:
+                raise ProgramError(f"{who}: {what}: unknown HBM tensor {ap.tensor!r}")
+            if lo < 0 or hi > decl.nbytes:
+                self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
+                           f"bytes [{lo}, {hi}) of a {decl.nbytes}-byte tensor")
+            return
+        self._partitions(who, what, ap)
+        size = (self.target.sbuf_partition_bytes if ap.memory == "sbuf"
+                else self.target.psum_partition_bytes)
+        if lo < 0 or hi > size:
+            self._fail(who, f"{what}: access outside the {ap.memory} partition",
+                       f"bytes [{lo}, {hi}) of {size}")
+        if inst.engine in ("act", "dve", "pool"):
+            limit = self.stream["max_free_sbuf" if ap.memory == "sbuf" else "max_free_psum"]
+            if ap.free_size > limit:
+                self._fail(who, f"{what}: free size over the {ap.memory} limit",
+                           f"{ap.free_size} elements > {limit}")
+
+    def _partitions(self, who: str, what: str, ap: AccessPattern) -> None:
+        parts = self.target.partitions
+        count, start = ap.partitions, ap.start_partition
+        if count > parts:
+            self._fail(who, f"{what}: partition count over {parts}", f"{count}")
+        if start < 0 or start + count > parts:
+            self._fail(who, f"{what}: partitions out of range", f"[{start}, {start + count}) of {parts}")
+        for largest, starts in START_PARTITIONS:
+            if count <= largest:
+                if start not in starts:
+                    self._fail(who, f"{what}: start partition rule",
+                               f"{count} partitions may start at {starts}, not {start}")
+                return
+
+    # opcode-specific rules -------------------------------------------------------------------
+
+    def _same_shape(self, who: str, inst: Instruction, names: tuple[str, ...]) -> None:
+        aps = [(n, inst.operands[n]) for n in names if n in inst.operands]
+        first_name, first = aps[0]
+        for name, ap in aps[1:]:
+            if ap.partitions != first.partitions or ap.free_size != first.free_size:
+                self._fail(who, f"operands {first_name} and {name} differ in shape",
+                           f"{first.partitions}x{first.free_size} vs {ap.partitions}x{ap.free_size}")
+
+    def _per_partition_vector(self, who: str, inst: Instruction, name: str) -> None:
+        ap = inst.operands.get(name)
+        dst = inst.operands["dst"]
+        if ap is not None and (ap.free_size != 1 or ap.partitions != dst.partitions):
+            self._fail(who, f"operand {name} must be a per-partition [P, 1] vector",
+                       f"{ap.partitions}x{ap.free_size} for {dst.partitions} partitions")
+
+    def _load_stationary(self, who: str, inst: Instruction) -> None:
+        src = inst.operands["src"]
+        max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
+        if src.partitions > max_k:
+            self._fail(who, "stationary K over the limit", f"K={src.partitions} > {max_k}")
+        if src.free_size > self.pe["max_m"]:
+            self._fail(who, "stationary M over the limit", f"M={src.free_size} > {self.pe['max_m']}")
+        self.state.stationary = src
+
+    def _multiply_moving(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        stationary = self.state.stationary
+        if stationary is None:
+            self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
+        if src.free_size > self.pe["max_n"]:
+            self._fail(who, "moving N over the limit", f"N={src.free_size} > {self.pe['max_n']}")
+        if src.partitions != stationary.partitions:
+            self._fail(who, "K of moving differs from K of stationary",
+                       f"{src.partitions} vs {stationary.partitions}")
+        if dst.partitions != stationary.free_size:
+            self._fail(who, "dst partitions must equal stationary M",
+                       f"{dst.partitions} vs M={stationary.free_size}")
+        if dst.free_size != src.free_size:
+            self._fail(who, "dst free size must equal moving N", f"{dst.free_size} vs N={src.free_size}")
+        if dst.dtype != "f32":
+            self._fail(who, "matmul dst must be f32 (PSUM accumulates in fp32)", dst.dtype)
+        bank = self.target.psum_bank_bytes
+        lo, hi = byte_bounds(dst)
+        if lo // bank != (hi - 1) // bank:
+            self._fail(who, "matmul dst crosses a PSUM bank", f"bytes [{lo}, {hi}), banks of {bank}")
+
+    def _activation(self, who: str, inst: Instruction) -> None:
+        self._same_shape(who, inst, ("dst", "src"))
+        self._per_partition_vector(who, inst, "bias")
+        self._per_partition_vector(who, inst, "scale_vec")
+
+    def _tensor_reduce(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        if dst.partitions != src.partitions or dst.free_size != 1:
+            self._fail(who, "reduce dst must be [P, 1] of the src partitions",
+                       f"dst {dst.partitions}x{dst.free_size}, src {src.partitions} partitions")
+
+    def _dma(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        queues = self.target.data["dma"]["queues"]
+        queue = inst.attrs.get("queue", 0)
+        if not 0 <= queue < queues:
+            self._fail(who, "DMA queue out of range", f"queue {queue}, target has {queues}")
+        if dst.dtype != src.dtype:
+            self._fail(who, "DMA sides differ in dtype", f"dst {dst.dtype}, src {src.dtype}")
+        self._same_shape(who, inst, ("dst", "src"))
+
+
+def _no_rule(checker: RuleChecker, who: str, inst: Instruction) -> None:
+    """Opcodes with no rule beyond the operand checks."""
+
+
+OPCODE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
+    "load_stationary": RuleChecker._load_stationary,
+    "multiply_moving": RuleChecker._multiply_moving,
+    "activation": RuleChecker._activation,
+    "tensor_tensor": lambda c, who, inst: c._same_shape(who, inst, ("dst", "a", "b")),
+    "tensor_scalar": lambda c, who, inst: c._same_shape(who, inst, ("dst", "src")),
+    "tensor_copy": lambda c, who, inst: c._same_shape(who, inst, ("dst", "src")),
+    "tensor_reduce": RuleChecker._tensor_reduce,
+    "dma": RuleChecker._dma,
+}

@@ -1,0 +1,250 @@
+"""Event-driven execution in global time order: five in-order engine streams and 16 DMA queues.
+
+An instruction starts when its engine is free and all its semaphore waits hold; its numerics run
+at its start, in global time order. Completions increment semaphores (``dma``: when the transfer
+completes, not when SP triggers it). A heap of timed events drives everything; when it runs dry
+while an engine still has instructions, the program is deadlocked.
+
+Timing (figures from the target file, rules from machine-model.md):
+- PE: ``load_stationary`` may start once the previous PE instruction has *started* (it runs in the
+  background of the previous multiply_moving); the next non-load PE instruction starts after both
+  the previous one and the load have completed.
+- act/dve/pool/sp: one instruction at a time, ``duration`` from ``isa.emulator.timing``.
+- DMA: a transfer reaches its queue ``fixed_cost_ns`` after its trigger ends, starts when the queue
+  is free, and moves ``transfer_bytes`` at ``min(queue_bytes_per_ns, hbm_bytes_per_ns / n)``
+  where n is the number of active transfers touching HBM (fair share, recomputed whenever a
+  transfer starts or finishes).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from isa.emulator.decode import Op
+from isa.errors import DeadlockError
+from isa.program import ENGINES
+from isa.target import Target
+
+START, DONE, DMA_READY, DMA_DONE = range(4)
+EPS_BYTES = 1e-6
+
+
+class Observer(Protocol):
+    """Checked mode hooks (see ``isa.emulator.checks``)."""
+
+    def on_start(self, op: Op) -> None: ...
+    def on_transfer(self, op: Op) -> None: ...
+    def on_signal(self, op: Op, transfer: bool, sem: int) -> None: ...
+    def on_stream_end(self, engine: str) -> None: ...
+
+
+@dataclass(eq=False)
+class Stream:
+    name: str
+    ops: list[Op]
+    pos: int = 0
+    pending: bool = False  # the head has a START event scheduled
+    end: float = 0.0  # completion of the last non-load instruction
+    load_end: float = 0.0  # completion of the last load_stationary (PE)
+    last_start: float = 0.0
+
+
+@dataclass(eq=False)
+class Transfer:
+    op: Op
+    remaining: float
+    hbm: bool
+    rate: float = 0.0
+
+
+@dataclass
+class Timeline:
+    """What happened: start/end of every instruction and transfer, in ns."""
+
+    start: list[float]
+    end: list[float]
+    transfer_start: dict[int, float] = field(default_factory=dict)
+    transfer_end: dict[int, float] = field(default_factory=dict)
+    stalls: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
+    time_ns: float = 0.0
+
+
+class Scheduler:
+    def __init__(self, ops: list[Op], target: Target, observer: Observer | None = None,
+                 progress: Callable[[int, int], None] | None = None):
+        self.ops = ops
+        self.streams = {e: Stream(e, [op for op in ops if op.engine == e]) for e in ENGINES}
+        n_sems = target.data["semaphores"]
+        self.sems = [0] * n_sems
+        self.sem_source = [""] * n_sems
+        self.waiters: dict[int, list[Stream]] = defaultdict(list)
+        dma = target.data["dma"]
+        self.fixed_ns = dma["fixed_cost_ns"]
+        self.queue_rate = dma["queue_bytes_per_ns"]
+        self.hbm_rate = target.data["hbm"]["bytes_per_ns"]
+        self.fifo: list[deque[Op]] = [deque() for _ in range(dma["queues"])]
+        self.queue_busy = [False] * dma["queues"]
+        self.active: list[Transfer] = []
+        self.dma_clock = 0.0
+        self.dma_version = 0
+        self.heap: list[tuple[float, int, int, object]] = []
+        self.seq = itertools.count()
+        self.now = 0.0
+        self.observer = observer
+        self.progress = progress
+        self.started = 0
+        nan = float("nan")
+        self.timeline = Timeline([nan] * len(ops), [nan] * len(ops))
+        self.handlers = {START: self._start, DONE: self._done, DMA_READY: self._dma_ready,
+                         DMA_DONE: self._dma_done}
+
+    def run(self) -> Timeline:
+        for stream in self.streams.values():
+            if not stream.ops and self.observer:
+                self.observer.on_stream_end(stream.name)
+            self._try_issue(stream, None)
+        heap, handlers = self.heap, self.handlers
+        while heap:
+            time, _, kind, payload = heapq.heappop(heap)
+            self.now = time
+            handlers[kind](payload)
+        self._check_finished()
+        self.timeline.time_ns = self.now
+        return self.timeline
+
+    def _push(self, time: float, kind: int, payload: object) -> None:
+        heapq.heappush(self.heap, (time, next(self.seq), kind, payload))
+
+    # engine streams --------------------------------------------------------------------------
+
+    def _try_issue(self, stream: Stream, cause: int | None) -> None:
+        if stream.pending or stream.pos >= len(stream.ops):
+            return
+        op = stream.ops[stream.pos]
+        sems = self.sems
+        for sem, wanted in op.waits:
+            if sems[sem] < wanted:
+                self.waiters[sem].append(stream)
+                return
+        if op.is_load:
+            earliest = max(stream.last_start, stream.load_end)
+        else:
+            earliest = max(stream.end, stream.load_end)
+        if cause is not None and self.now > earliest:
+            self.timeline.stalls[stream.name][self.sem_source[cause]] += self.now - earliest
+        stream.pending = True
+        self._push(max(self.now, earliest), START, op)
+
+    def _start(self, op: Op) -> None:
+        stream = self.streams[op.engine]
+        now = self.now
+        stream.pending = False
+        stream.pos += 1
+        stream.last_start = now
+        end = now + op.duration
+        if op.is_load:
+            stream.load_end = end
+        else:
+            stream.end = end
+        self.timeline.start[op.index] = now
+        if self.observer:
+            self.observer.on_start(op)
+            if stream.pos == len(stream.ops):
+                self.observer.on_stream_end(stream.name)
+        if op.queue < 0:  # dma moves its data when the transfer starts
+            op.run()
+        self._push(end, DONE, op)
+        self.started += 1
+        if self.progress and not self.started & 1023:
+            self.progress(self.started, len(self.ops))
+        self._try_issue(stream, None)
+
+    def _done(self, op: Op) -> None:
+        self.timeline.end[op.index] = self.now
+        if op.queue >= 0:
+            self._push(self.now + self.fixed_ns, DMA_READY, op)
+        else:
+            self._fire(op, op.engine, False)
+
+    def _fire(self, op: Op, source: str, transfer: bool) -> None:
+        for sem in op.signals:
+            self.sems[sem] += 1
+            self.sem_source[sem] = source
+            if self.observer:
+                self.observer.on_signal(op, transfer, sem)
+            for stream in self.waiters.pop(sem, ()):
+                self._try_issue(stream, sem)
+
+    # DMA queues ------------------------------------------------------------------------------
+
+    def _dma_ready(self, op: Op) -> None:
+        self.fifo[op.queue].append(op)
+        if not self.queue_busy[op.queue]:
+            self._advance()
+            self._start_transfer(op.queue)
+            self._reschedule()
+
+    def _start_transfer(self, queue: int) -> None:
+        op = self.fifo[queue].popleft()
+        self.queue_busy[queue] = True
+        self.timeline.transfer_start[op.index] = self.now
+        if self.observer:
+            self.observer.on_transfer(op)
+        op.run()
+        hbm = bool(op.hbm_read or op.hbm_write)
+        self.active.append(Transfer(op, op.transfer_bytes, hbm))
+
+    def _advance(self) -> None:
+        elapsed = self.now - self.dma_clock
+        for transfer in self.active:
+            transfer.remaining -= transfer.rate * elapsed
+        self.dma_clock = self.now
+
+    def _reschedule(self) -> None:
+        """Fair-share rates for the active transfers and the event of the next completion."""
+        self.dma_version += 1
+        if not self.active:
+            return
+        n_hbm = sum(t.hbm for t in self.active)
+        share = self.hbm_rate / n_hbm if n_hbm else self.queue_rate
+        for transfer in self.active:
+            transfer.rate = min(self.queue_rate, share) if transfer.hbm else self.queue_rate
+        soonest = min(t.remaining / t.rate for t in self.active)
+        self._push(self.now + max(0.0, soonest), DMA_DONE, self.dma_version)
+
+    def _dma_done(self, version: int) -> None:
+        if version != self.dma_version:
+            return
+        self._advance()
+        finished = [t for t in self.active if t.remaining <= EPS_BYTES * max(1.0, t.rate)]
+        self.active = [t for t in self.active if t.remaining > EPS_BYTES * max(1.0, t.rate)]
+        for transfer in finished:
+            op = transfer.op
+            self.timeline.transfer_end[op.index] = self.now
+            self.queue_busy[op.queue] = False
+            self._fire(op, f"dma.q{op.queue}", True)
+        for transfer in finished:
+            queue = transfer.op.queue
+            if self.fifo[queue] and not self.queue_busy[queue]:
+                self._start_transfer(queue)
+        self._reschedule()
+
+    # end of run ------------------------------------------------------------------------------
+
+    def _check_finished(self) -> None:
+        blocked = []
+        for stream in self.streams.values():
+            if stream.pos >= len(stream.ops):
+                continue
+            op = stream.ops[stream.pos]
+            unmet = ", ".join(f"sem {s} is {self.sems[s]}, needs {v}"
+                              for s, v in op.waits if self.sems[s] < v)
+            blocked.append(f"{op.label} waits on {unmet}")
+        if blocked:
+            raise DeadlockError("deadlock: no event can fire and engines are blocked:\n  "
+                                + "\n  ".join(blocked))
