@@ -1,0 +1,259 @@
+"""Producer/consumer fusion into ``fusion`` instructions with fused computations (XLA's InstructionFusion).
+
+Two phases, both on the entry computation:
+
+1. **Matmul epilogue** (``kind=kOutput``): a ``dot`` plus the chain of elementwise consumers after it, as long
+   as every intermediate has a single user and each consumer is an epilogue op the engines apply on the way out
+   of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), multiply/divide by a broadcast or
+   constant, maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
+2. **Loop fusion** (``kind=kLoop``): visiting consumers from ROOT upward, an elementwise consumer absorbs its
+   elementwise producers that have no other user; chains grow transitively.
+
+In both, broadcasts feeding the fused ops move *into* the fused computation (the fusion reads the small
+operand, e.g. the bias vector, not its broadcast), together with scalar constants they broadcast; a broadcast
+or constant that has users outside the fusion is duplicated rather than moved. Fused computations are added
+before the entry as ``fused_computation``, ``fused_computation.1``...; their parameters are ``param_N``.
+
+Every decision, taken or refused, is recorded as a :class:`FusionDecision` (``fusion_decisions.txt``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from compiler.hlo.ir import Computation, Instruction, Module
+from compiler.pass_manager import HloPass
+from compiler.passes.utils import constant_value, custom_call_target, insert_before, is_elementwise
+
+_UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
+_NEVER_CANDIDATES = ("parameter", "constant")
+
+
+@dataclass(frozen=True)
+class FusionDecision:
+    """One producer/consumer pair the fusion pass considered (instruction names, without ``%``)."""
+
+    producer: str
+    consumer: str
+    fused: bool
+    reason: str
+    kind: str = ""  # kOutput or kLoop: the fusion being grown
+
+    def __str__(self) -> str:
+        verdict = "FUSED  " if self.fused else "REFUSED"
+        return f"{verdict} {self.kind:<7} %{self.producer} -> %{self.consumer}: {self.reason}"
+
+
+@dataclass
+class _Group:
+    """Instructions to fuse: ``root`` plus members; ``shared`` members stay in place for other users."""
+
+    root: Instruction
+    kind: str
+    members: dict[int, Instruction]
+    shared: set[int]
+
+
+class FusionPass(HloPass):
+    name = "fusion"
+
+    def __init__(self, epilogue: bool = True, loop: bool = True):
+        self.epilogue = epilogue
+        self.loop = loop
+        self.decisions: list[FusionDecision] = []
+
+    def decision_lines(self) -> list[str]:
+        return [str(d) for d in self.decisions]
+
+    def run(self, module: Module) -> bool:
+        self.decisions = []
+        comp = module.entry
+        if comp is None:
+            return False
+        changed = False
+        if self.epilogue:
+            changed |= self._fuse_groups(module, comp, self._epilogue_groups(comp))
+        if self.loop:
+            changed |= self._fuse_groups(module, comp, self._loop_groups(comp))
+        return changed
+
+    def _record(self, producer: Instruction, consumer: Instruction, fused: bool, reason: str,
+                kind: str) -> None:
+        self.decisions.append(FusionDecision(producer.name, consumer.name, fused, reason, kind))
+
+    # -- phase 1: matmul epilogues ----------------------------------------------------------------------------
+    def _epilogue_groups(self, comp: Computation) -> list[_Group]:
+        users = comp.users()
+        claimed: set[int] = set()
+        groups = []
+        for dot in [i for i in comp.instructions if i.opcode == "dot"]:
+            chain = [dot]
+            tail = dot
+            while users[tail] and tail is not comp.root:
+                tail_users = users[tail]
+                if len(tail_users) > 1:
+                    for u in tail_users:
+                        self._record(tail, u, False, f"producer %{tail.name} has {len(tail_users)} users "
+                                     "(an epilogue intermediate must have one)", "kOutput")
+                    break
+                consumer = tail_users[0]
+                if consumer.uid in claimed:
+                    self._record(tail, consumer, False, f"consumer %{consumer.name} is already in another "
+                                 "epilogue", "kOutput")
+                    break
+                verdict = self._epilogue_verdict(tail, consumer)
+                self._record(tail, consumer, verdict[0], verdict[1], "kOutput")
+                if not verdict[0]:
+                    break
+                chain.append(consumer)
+                tail = consumer
+            if len(chain) == 1:
+                continue
+            claimed.update(i.uid for i in chain)
+            group = _Group(tail, "kOutput", {i.uid: i for i in chain}, set())
+            self._absorb_broadcasts(group, users, claimed)
+            groups.append(group)
+        return groups
+
+    @staticmethod
+    def _epilogue_verdict(producer: Instruction, consumer: Instruction) -> tuple[bool, str]:
+        op = consumer.opcode
+        others = [o for o in consumer.operands if o is not producer]
+        other = others[0] if others else producer
+        if not is_elementwise(consumer):
+            return False, f"consumer %{consumer.name} ({op}) is not elementwise"
+        if op in _UNARY_EPILOGUES:
+            return True, f"{op} epilogue"
+        if op == "custom-call" and custom_call_target(consumer) in ("gelu", "gelu_tanh"):
+            return True, f"{custom_call_target(consumer)} epilogue"
+        if op == "add":
+            if other.opcode == "broadcast":
+                return True, f"bias add of broadcast %{other.name}"
+            return True, f"residual add of %{other.name}"
+        if op in ("multiply", "divide"):
+            if op == "divide" and consumer.operands[0] is not producer:
+                return False, f"%{producer.name} is the divisor of %{consumer.name}, not the dividend"
+            if other.opcode in ("broadcast", "constant"):
+                return True, f"{op} by {other.opcode} %{other.name}"
+            return False, f"{op} by the full tensor %{other.name} is not a scale epilogue"
+        if op == "maximum":
+            if constant_value(other) == 0.0:
+                return True, "relu (maximum with zero)"
+            return False, f"maximum with %{other.name}, which is not zero, is not a relu"
+        if consumer.opcode == "custom-call":
+            return False, f"custom-call {custom_call_target(consumer)!r} is not an epilogue activation"
+        return False, f"consumer %{consumer.name} ({op}) is not an epilogue op"
+
+    # -- phase 2: elementwise loops ----------------------------------------------------------------------------
+    def _loop_groups(self, comp: Computation) -> list[_Group]:
+        users = comp.users()
+        claimed: set[int] = set()
+        groups = []
+        for root in reversed(comp.instructions):
+            if root.uid in claimed or not is_elementwise(root):
+                continue
+            group = _Group(root, "kLoop", {root.uid: root}, set())
+            claimed.add(root.uid)
+            worklist = [root]
+            while worklist:
+                consumer = worklist.pop()
+                for producer in dict.fromkeys(consumer.operands):
+                    if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES \
+                            or producer.opcode == "broadcast":
+                        continue  # broadcasts are absorbed below, with their scalar constants
+                    fused, reason = self._loop_verdict(producer, consumer, users, claimed)
+                    self._record(producer, consumer, fused, reason, "kLoop")
+                    if fused:
+                        group.members[producer.uid] = producer
+                        claimed.add(producer.uid)
+                        worklist.append(producer)
+            self._absorb_broadcasts(group, users, claimed)
+            if len(group.members) > 1:
+                groups.append(group)
+        return groups
+
+    @staticmethod
+    def _loop_verdict(producer: Instruction, consumer: Instruction, users: dict[Instruction, list[Instruction]],
+                      claimed: set[int]) -> tuple[bool, str]:
+        if producer.opcode == "fusion":
+            return False, f"producer %{producer.name} is a {producer.attrs.get('kind', '')} fusion"
+        if not is_elementwise(producer):
+            return False, f"producer %{producer.name} ({producer.opcode}) is not elementwise"
+        if producer.uid in claimed:
+            return False, f"producer %{producer.name} is already in another fusion"
+        n = len(users[producer])
+        if n > 1:
+            return False, f"producer %{producer.name} has {n} users (not duplicated)"
+        return True, "elementwise producer with a single user"
+
+    # -- shared: pull in broadcasts and scalar constants ------------------------------------------------------
+    def _absorb_broadcasts(self, group: _Group, users: dict[Instruction, list[Instruction]],
+                           claimed: set[int]) -> None:
+        for member in list(group.members.values()):
+            if member.opcode == "dot":
+                continue  # the dot reads its operands as they are
+            for producer in dict.fromkeys(member.operands):
+                if producer.opcode != "broadcast" or producer.uid in group.members or producer.uid in claimed:
+                    continue
+                self._add_cheap(group, producer, users)
+                source = producer.operands[0]
+                what = f"%{source.name}" if source.opcode != "constant" else "a constant"
+                shared = producer.uid in group.shared
+                self._record(producer, member, True, f"broadcast of {what} moved into the fusion"
+                             + (" (duplicated: it has other users)" if shared else ""), group.kind)
+                if source.opcode == "constant" and source.shape.rank == 0:
+                    self._add_cheap(group, source, users)
+
+    @staticmethod
+    def _add_cheap(group: _Group, inst: Instruction, users: dict[Instruction, list[Instruction]]) -> None:
+        group.members[inst.uid] = inst
+        if any(u.uid not in group.members for u in users[inst]):
+            group.shared.add(inst.uid)
+
+    # -- building fusion instructions --------------------------------------------------------------------------
+    def _fuse_groups(self, module: Module, comp: Computation, groups: list[_Group]) -> bool:
+        shared: dict[int, Instruction] = {}
+        for group in groups:
+            self._build(module, comp, group)
+            shared.update((uid, group.members[uid]) for uid in group.shared)
+        if shared:  # a duplicated broadcast/constant whose users all got fused is now dead
+            users = comp.users()
+            for inst in shared.values():
+                if not users[inst] and inst is not comp.root:
+                    comp.remove(inst)
+        return bool(groups)
+
+    @staticmethod
+    def _build(module: Module, comp: Computation, group: _Group) -> Instruction:
+        members = [i for i in comp.instructions if i.uid in group.members]  # defs before uses
+        params: dict[int, Instruction] = {}
+        operands: list[Instruction] = []
+        clones: dict[int, Instruction] = {}
+        body: list[Instruction] = []
+        for m in members:
+            new_operands = []
+            for op in m.operands:
+                if op.uid in group.members:
+                    new_operands.append(clones[op.uid])
+                    continue
+                if op.uid not in params:
+                    number = len(operands)
+                    params[op.uid] = Instruction(module.unique_name(f"param_{number}"), "parameter", op.shape,
+                                                 parameter_number=number)
+                    operands.append(op)
+                new_operands.append(params[op.uid])
+            name = module.unique_name(m.name) if m.uid in group.shared else m.name
+            clones[m.uid] = Instruction(name, m.opcode, m.shape, new_operands, dict(m.attrs), literal=m.literal,
+                                        metadata=dict(m.metadata))
+            body.append(clones[m.uid])
+        fused = Computation(module.unique_name("fused_computation"), list(params.values()) + body,
+                            clones[group.root.uid])
+        module.add_computation(fused)
+        fusion = Instruction(module.unique_name("fusion"), "fusion", group.root.shape, operands,
+                             {"kind": group.kind, "calls": fused}, metadata=dict(group.root.metadata))
+        insert_before(comp, group.root, fusion)
+        comp.replace_all_uses(group.root, fusion)
+        for m in members:
+            if m.uid not in group.shared:
+                comp.remove(m)
+        return fusion
