@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
 import numpy as np
 
 from isa.dtypes import dtype as lookup_dtype
@@ -137,7 +138,7 @@ def make_store(dtype_name: str) -> Callable[[Array, Array], None]:
 
         return store_int
     if dtype_name.startswith("fp8"):
-        limit = float(np.finfo(np_dtype).max)
+        limit = float(ml_dtypes.finfo(np_dtype).max)
 
         def store_fp8(dst: Array, values: Array) -> None:
             # saturate: clip finite overflow (and inf) to the largest finite value; NaN stays NaN

@@ -50,3 +50,36 @@ def program(tensors: Iterable[tuple[str, str, str, tuple[int, ...]]], instructio
     prog.constants = dict(constants or {})
     prog.meta = dict(meta or {})
     return prog
+
+
+SLOT_BYTES = 8192  # SBUF bytes per partition given to each tile of ``tile_program``
+
+
+def tile_program(inputs: dict[str, tuple[str, np.ndarray]], outputs: dict[str, tuple[str, tuple[int, int]]],
+                 compute, target: str = "trn1") -> tuple[Program, dict[str, np.ndarray]]:
+    """A program that DMAs each [P, F] input into SBUF, runs ``compute(tiles)`` and DMAs the outputs out.
+
+    ``tiles`` maps every input and output name to its SBUF access pattern (one 8 KiB slot per
+    partition each). The first compute instruction waits for the loads (semaphore 0), the last
+    signals semaphore 1, which the output DMAs wait on. Returns the program and its input arrays.
+    """
+    from isa.dtypes import dtype as lookup
+
+    tiles: dict[str, AccessPattern] = {}
+    tensors, loads, stores, arrays = [], [], [], {}
+    for slot, (name, (dt, array)) in enumerate(inputs.items()):
+        parts, free = array.shape
+        tiles[name] = sb(0, parts, slot * SLOT_BYTES, [[1, free]], dt)
+        tensors.append((name, "input", dt, (parts, free)))
+        arrays[name] = array.astype(lookup(dt).numpy)
+        loads.append(ins("sp", "dma", dst=tiles[name], src=hb(name, 0, [[free, parts], [1, free]], dt),
+                         queue=slot % 16, signals=[0]))
+    for slot, (name, (dt, (parts, free))) in enumerate(outputs.items(), start=len(inputs)):
+        tiles[name] = sb(0, parts, slot * SLOT_BYTES, [[1, free]], dt)
+        tensors.append((name, "output", dt, (parts, free)))
+        stores.append(ins("sp", "dma", dst=hb(name, 0, [[free, parts], [1, free]], dt), src=tiles[name],
+                          queue=slot % 16, waits=[(1, 1)]))
+    body = compute(tiles)
+    body[0].waits.append((0, len(loads)))
+    body[-1].signals.append(1)
+    return program(tensors, loads + body + stores, target), arrays
