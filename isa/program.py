@@ -123,6 +123,8 @@ class Program:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     meta: dict[str, int | float | str] = field(default_factory=dict)
+    # Text form only: the .npz side file named by the `.constants` directive (not program content).
+    constants_file: str | None = field(default=None, compare=False)
 
     def add_tensor(self, name: str, kind: str, dtype: str, shape: tuple[int, ...]) -> TensorDecl:
         if kind not in TENSOR_KINDS:
