@@ -1,0 +1,36 @@
+"""PyTorch -> HLO: capture a model (torch.export or torch.fx) and lower its ATen ops, one rule per op.
+
+    module = frontend.import_model(model, (x,))              # torch.export + our decomposition table
+    module = frontend.import_model(model, (x,), capture="fx") # torch.fx.symbolic_trace + ShapeProp
+    frontend.supported_operators()                            # the ATen overloads with a rule
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.errors import LoweringError
+from compiler.hlo.ir import Module
+
+from .capture import capture_export, capture_fx
+from .lowering import lower_graph, supported_operators
+
+__all__ = ["import_model", "supported_operators"]
+
+
+def import_model(model: Any, example_inputs: Sequence[Any], *, capture: str = "export",
+                 name: str | None = None) -> Module:
+    """Capture ``model`` (an nn.Module, or an ExportedProgram for capture="export") and lower it to HLO.
+
+    The entry computation ``main`` takes the tensor inputs as parameters in order; weights, buffers and
+    lifted constants are ``constant`` instructions whose ``data`` attribute is the state_dict name.
+    Raises UnsupportedOpError listing every operator without a lowering rule, or LoweringError.
+    """
+    if capture == "export":
+        captured = capture_export(model, example_inputs, name)
+    elif capture == "fx":
+        captured = capture_fx(model, example_inputs, name)
+    else:
+        raise LoweringError(f"capture must be 'export' or 'fx', not {capture!r}")
+    return lower_graph(captured)

@@ -1,0 +1,264 @@
+"""Lower a captured fx graph to an HLO module, one rule per ATen op.
+
+``LOWERINGS`` maps ATen overload names (``"aten.addmm.default"``) to rules. The table is the union of
+the ``RULES`` dicts of the ``ops_*`` modules. A rule is called as ``rule(builder, *args)`` with the
+arguments bound to the op's schema (every argument positional, defaults filled in, kwarg-only ones
+included), fx nodes replaced by their HLO values, and returns an ``Instruction`` (or a tuple of them
+for multi-output ops). Rules raise ``LoweringError`` with a plain message; this module adds the op,
+node and source line. Before emitting anything, every op without a rule is collected and reported in
+a single ``UnsupportedOpError``.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import os
+import re
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import fx
+
+from compiler.errors import LoweringError, NeuroncError, UnsupportedOpError
+from compiler.hlo.ir import Instruction, Module, Shape
+
+from . import fx_aliases, ops_activation, ops_elementwise, ops_linalg, ops_reduce, ops_shape
+from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
+from .capture import CapturedGraph
+
+Rule = Callable[..., Any]
+
+
+def _build_table() -> dict[str, Rule]:
+    table: dict[str, Rule] = {}
+    for mod in (ops_elementwise, ops_activation, ops_shape, ops_linalg, ops_reduce):
+        for name, rule in mod.RULES.items():
+            if name in table:
+                raise RuntimeError(f"two lowering rules for {name}")
+            table[name] = rule
+    return table
+
+
+LOWERINGS: dict[str, Rule] = _build_table()
+
+
+def supported_operators() -> list[str]:
+    """The ATen overloads with a lowering rule, sorted."""
+    return sorted(LOWERINGS)
+
+
+# ---- source locations ---------------------------------------------------------------------------
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
+_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
+
+
+def source_location(node: fx.Node) -> tuple[str, int] | None:
+    """The innermost frame of the node's stack trace that is user code (not torch, not us)."""
+    trace = node.meta.get("stack_trace") or ""
+    frames = [(m["file"], int(m["line"])) for m in _FRAME.finditer(trace)]
+    user = [f for f in frames if not f[0].startswith(_SKIP_DIRS)]
+    return user[-1] if user else None
+
+
+def _short(path: str) -> str:
+    rel = os.path.relpath(path) if os.path.isabs(path) else path
+    return path if rel.startswith("..") else rel
+
+
+def describe(node: fx.Node) -> str:
+    """``node %name at file.py:12`` (without the location when torch does not know it)."""
+    loc = source_location(node)
+    return f"node %{node.name}" + (f" at {_short(loc[0])}:{loc[1]}" if loc else "")
+
+
+def _metadata(node: fx.Node, op_name: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"op_name": op_name}
+    loc = source_location(node)
+    if loc:
+        meta["source_file"], meta["source_line"] = loc
+    return meta
+
+
+# ---- resolving nodes to ATen calls --------------------------------------------------------------
+class Call:
+    """An fx node resolved to an ATen overload and its (unbound) arguments."""
+
+    def __init__(self, op: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None):
+        self.op, self.args, self.kwargs = op, tuple(args), dict(kwargs or {})
+
+
+@functools.cache
+def overload(name: str) -> torch._ops.OpOverload:
+    """``"aten.addmm.default"`` -> ``torch.ops.aten.addmm.default``."""
+    namespace, packet, name_overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), packet), name_overload)
+
+
+def bind(op: torch._ops.OpOverload, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
+    """Arguments in schema order with defaults filled in; unknown or missing arguments are errors."""
+    schema = op._schema.arguments
+    names = {a.name for a in schema}
+    extra = [k for k in kwargs if k not in names]
+    if extra:
+        raise LoweringError(f"unexpected argument(s) {', '.join(extra)}")
+    if len(args) > len(schema):
+        raise LoweringError(f"{len(args)} arguments given, the schema takes {len(schema)}")
+    bound = []
+    for i, arg in enumerate(schema):
+        if i < len(args):
+            bound.append(args[i])
+        elif arg.name in kwargs:
+            bound.append(kwargs[arg.name])
+        elif arg.has_default_value():
+            bound.append(arg.default_value)
+        else:
+            raise LoweringError(f"missing argument '{arg.name}'")
+    return bound
+
+
+def _has_tensor(value: Any) -> bool:
+    found = []
+    fx.node.map_aggregate(value, lambda v: found.append(isinstance(v, torch.Tensor)))
+    return any(found)
+
+
+def _is_python_value(node: fx.Node, cap: CapturedGraph) -> bool:
+    """fx capture: nodes computing sizes and other non-tensor values are evaluated by ShapeProp."""
+    return cap.kind == "fx" and "val" in node.meta and not _has_tensor(node.meta["val"])
+
+
+def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
+    """A Call, None for structural getitem, or a label naming an unsupported operator."""
+    if node.op == "call_function" and node.target is operator.getitem:
+        return None
+    if cap.kind == "fx":
+        return fx_aliases.resolve(node, cap.root)
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
+        return Call(str(node.target), node.args, node.kwargs)
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _check_supported(cap: CapturedGraph) -> dict[fx.Node, Call]:
+    calls: dict[fx.Node, Call] = {}
+    missing: dict[str, list[fx.Node]] = {}
+    for node in cap.graph.nodes:
+        if node.op not in ("call_function", "call_method", "call_module") or _is_python_value(node, cap):
+            continue
+        try:
+            resolved = _resolve(node, cap)
+        except LoweringError as e:
+            raise LoweringError(f"{e} ({describe(node)})") from e
+        if isinstance(resolved, Call) and resolved.op in LOWERINGS:
+            calls[node] = resolved
+        elif resolved is not None:
+            missing.setdefault(resolved.op if isinstance(resolved, Call) else resolved, []).append(node)
+    if missing:
+        items = []
+        for op, nodes in missing.items():
+            more = f", and {len(nodes) - 1} more" if len(nodes) > 1 else ""
+            items.append(f"{op} ({describe(nodes[0])}{more})")
+        raise UnsupportedOpError(f"unsupported PyTorch operators: {', '.join(items)}; "
+                                 "run `neuronc list-operators` for the supported list")
+    return calls
+
+
+# ---- the walk -----------------------------------------------------------------------------------
+def _check_result(node: fx.Node, value: Any) -> None:
+    """Compare what a rule produced with the shape and dtype torch recorded for the node."""
+    expected = node.meta.get("val")
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(value, Instruction):
+            raise LoweringError(f"internal: rule returned {type(value).__name__} for a tensor")
+        want = Shape.array(hlo_dtype(expected.dtype), expected.shape)
+        if (value.shape.dtype, value.shape.dims) != (want.dtype, want.dims):
+            raise LoweringError(f"internal: rule produced {value.shape.dtype}{list(value.shape.dims)}, "
+                                f"torch says {want.dtype}{list(want.dims)}")
+    elif isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)):
+        for e, v in zip(expected, value):
+            if isinstance(e, torch.Tensor):
+                _check_result(_Fake(e), v)
+
+
+class _Fake:
+    def __init__(self, val: Any):
+        self.meta = {"val": val}
+
+
+def lower_graph(cap: CapturedGraph) -> Module:
+    """Lower a captured graph to an HLO module whose entry computation is ``main``."""
+    return _Lowering(cap).run()
+
+
+class _Lowering:
+    def __init__(self, cap: CapturedGraph):
+        self.cap = cap
+        self.calls = _check_supported(cap)
+        self.b = HloBuilder(cap.name)
+        self.env: dict[fx.Node, Any] = {}
+        self.params: dict[str, Instruction] = {}  # fx capture: module parameters by state_dict key
+
+    def run(self) -> Module:
+        cap, b, env = self.cap, self.b, self.env
+        inputs = set(cap.inputs)
+        n_params = 0
+        for node in cap.graph.nodes:
+            if node in cap.constants:
+                key, tensor = cap.constants[node]
+                env[node] = self._constant(key, tensor)
+            elif node in inputs:
+                val = node.meta.get("val")
+                if isinstance(val, torch.Tensor):
+                    b.metadata = {"op_name": node.name}
+                    env[node] = b.parameter(n_params, Shape.array(hlo_dtype(val.dtype), val.shape), node.name)
+                    n_params += 1
+                else:
+                    env[node] = val
+            elif node.op == "get_attr" or _is_python_value(node, cap):
+                env[node] = node.meta.get("val")
+            elif node.op == "call_function" and node.target is operator.getitem:
+                seq, index = fx.node.map_arg(node.args, env.__getitem__)
+                env[node] = seq[index]
+            elif node in self.calls:
+                env[node] = self._lower_call(node, self.calls[node])
+            elif node.op != "output":
+                raise LoweringError(f"cannot lower {node.op} {describe(node)}")
+        outputs = [self._value(out) for out in cap.outputs]
+        bad = [o for o in outputs if not isinstance(o, Instruction)]
+        if bad or not outputs:
+            raise LoweringError(f"{cap.name}: every model output must be a tensor (got {bad or 'no outputs'})")
+        b.metadata = {"op_name": "output"}
+        return b.finish(outputs)
+
+    def _constant(self, key: str, tensor: torch.Tensor) -> Instruction:
+        """A weight/buffer constant named by its state_dict key (scalars stay inline, without a key)."""
+        if key not in self.params:
+            saved, self.b.metadata = self.b.metadata, {"op_name": key}
+            data_key = key if tensor.numel() > 1 else None
+            self.params[key] = self.b.constant(tensor_to_numpy(tensor), data_key=data_key)
+            self.b.metadata = saved
+        return self.params[key]
+
+    def _value(self, v: Any) -> Any:
+        def one(x: Any) -> Any:
+            if isinstance(x, fx.Node):
+                return self.env[x]
+            if isinstance(x, fx_aliases.Param):
+                return self._constant(x.key, x.tensor)
+            return x
+
+        return fx.node.map_aggregate(v, one)
+
+    def _lower_call(self, node: fx.Node, call: Call) -> Any:
+        b = self.b
+        b.metadata = _metadata(node, call.op.rsplit(".", 1)[0])
+        try:
+            args = bind(overload(call.op), self._value(call.args), self._value(call.kwargs))
+            result = LOWERINGS[call.op](b, *args)
+            _check_result(node, result)
+            return result
+        except NeuroncError as e:
+            raise LoweringError(f"{call.op} ({describe(node)}): {e}") from e
+        except Exception as e:  # a bug in a rule: still report where it happened
+            raise LoweringError(f"{call.op} ({describe(node)}): internal error: {type(e).__name__}: {e}") from e

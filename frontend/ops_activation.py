@@ -1,0 +1,82 @@
+"""Activation functions.
+
+relu is ``maximum(x, broadcast(0))``; sigmoid is HLO ``logistic``; gelu has no HLO primitive and is a
+``custom-call`` with target ``gelu`` (erf form) or ``gelu_tanh`` (tanh approximation), as fixed in
+docs/contracts.md, so that the backend can map it onto one activation-engine function.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from compiler.hlo.ir import Instruction
+
+from .builder import HloBuilder
+from .ops_common import float_dtype, require
+
+_GELU_TARGETS = {"none": "gelu", "tanh": "gelu_tanh"}
+
+
+def _float(b: HloBuilder, x: Instruction) -> Instruction:
+    return b.convert(x, float_dtype(x))
+
+
+def relu(b: HloBuilder, x: Instruction) -> Instruction:
+    return b.binary("maximum", x, b.scalar(0, x.shape.dtype))
+
+
+def gelu(b: HloBuilder, x: Instruction, approximate: str = "none") -> Instruction:
+    require(approximate in _GELU_TARGETS, f"approximate={approximate!r} is not supported")
+    x = _float(b, x)
+    return b.custom_call(_GELU_TARGETS[approximate], [x], x.shape)
+
+
+def sigmoid(b: HloBuilder, x: Instruction) -> Instruction:
+    return b.unary("logistic", _float(b, x))
+
+
+def tanh(b: HloBuilder, x: Instruction) -> Instruction:
+    return b.unary("tanh", _float(b, x))
+
+
+def silu(b: HloBuilder, x: Instruction) -> Instruction:
+    """``x * logistic(x)``."""
+    x = _float(b, x)
+    return b.binary("multiply", x, b.unary("logistic", x))
+
+
+def hardtanh(b: HloBuilder, x: Instruction, lo: Any = -1.0, hi: Any = 1.0) -> Instruction:
+    """``min(max(x, lo), hi)`` (also ReLU6)."""
+    dtype = x.shape.dtype
+    return b.binary("minimum", b.binary("maximum", x, b.scalar(lo, dtype)), b.scalar(hi, dtype))
+
+
+def leaky_relu(b: HloBuilder, x: Instruction, negative_slope: Any = 0.01) -> Instruction:
+    """``select(x > 0, x, slope * x)``."""
+    dtype = x.shape.dtype
+    scaled = b.binary("multiply", x, b.scalar(negative_slope, dtype))
+    return b.select(b.compare(x, b.scalar(0, dtype), "GT"), x, scaled)
+
+
+def elu(b: HloBuilder, x: Instruction, alpha: Any = 1.0, scale: Any = 1.0,
+        input_scale: Any = 1.0) -> Instruction:
+    """``scale * select(x > 0, x, alpha * (exp(input_scale * x) - 1))``."""
+    x = _float(b, x)
+    dtype = x.shape.dtype
+    inner = b.binary("multiply", x, b.scalar(input_scale, dtype)) if input_scale != 1 else x
+    neg = b.binary("subtract", b.unary("exponential", inner), b.scalar(1, dtype))
+    neg = b.binary("multiply", neg, b.scalar(alpha, dtype)) if alpha != 1 else neg
+    out = b.select(b.compare(x, b.scalar(0, dtype), "GT"), x, neg)
+    return b.binary("multiply", out, b.scalar(scale, dtype)) if scale != 1 else out
+
+
+RULES = {
+    "aten.relu.default": relu,
+    "aten.gelu.default": gelu,
+    "aten.sigmoid.default": sigmoid,
+    "aten.tanh.default": tanh,
+    "aten.silu.default": silu,
+    "aten.hardtanh.default": hardtanh,
+    "aten.leaky_relu.default": leaky_relu,
+    "aten.elu.default": elu,
+}

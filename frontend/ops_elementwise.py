@@ -1,0 +1,186 @@
+"""Elementwise arithmetic, math functions, comparisons, select and dtype conversion."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+
+from compiler.hlo.ir import Instruction
+
+from .builder import HLO_TO_TORCH, HloBuilder, hlo_dtype
+from .ops_common import Value, float_dtype, is_float, operand, require, result_dtype
+
+
+def _arith(opcode: str, x: Value, y: Value, b: HloBuilder) -> Instruction:
+    dtype = result_dtype(x, y)
+    return b.binary(opcode, operand(b, x, dtype), operand(b, y, dtype))
+
+
+def _scaled(b: HloBuilder, y: Value, alpha: Any, dtype: str) -> Value:
+    """``alpha * y`` (alpha of add/sub); a no-op for alpha == 1."""
+    if alpha == 1:
+        return y
+    if not isinstance(y, Instruction):
+        return y * alpha
+    return b.binary("multiply", operand(b, y, dtype), b.scalar(alpha, dtype))
+
+
+def add(b: HloBuilder, x: Value, y: Value, alpha: Any = 1) -> Instruction:
+    return _arith("add", x, _scaled(b, y, alpha, result_dtype(x, y)), b)
+
+
+def sub(b: HloBuilder, x: Value, y: Value, alpha: Any = 1) -> Instruction:
+    return _arith("subtract", x, _scaled(b, y, alpha, result_dtype(x, y)), b)
+
+
+def rsub(b: HloBuilder, x: Value, y: Value, alpha: Any = 1) -> Instruction:
+    return _arith("subtract", y, _scaled(b, x, alpha, result_dtype(x, y)), b)
+
+
+def mul(b: HloBuilder, x: Value, y: Value) -> Instruction:
+    return _arith("multiply", x, y, b)
+
+
+def div(b: HloBuilder, x: Value, y: Value, rounding_mode: str | None = None) -> Instruction:
+    dtype = result_dtype(x, y)
+    if rounding_mode is None and not is_float(dtype):
+        dtype = "f32"  # true division of integers
+    q = b.binary("divide", operand(b, x, dtype), operand(b, y, dtype))
+    if rounding_mode is None:
+        return q
+    require(rounding_mode in ("trunc", "floor"), f"rounding_mode={rounding_mode!r} is not supported")
+    require(is_float(dtype), f"rounding_mode={rounding_mode!r} on integers is not supported")
+    if rounding_mode == "floor":
+        return b.unary("floor", q)
+    return b.select(b.compare(q, b.scalar(0, dtype), "LT"), b.unary("ceil", q), b.unary("floor", q))
+
+
+def pow_(b: HloBuilder, x: Value, y: Value) -> Instruction:
+    dtype = result_dtype(x, y)
+    if y == 2 and isinstance(x, Instruction):
+        xd = operand(b, x, dtype)
+        return b.binary("multiply", xd, xd)
+    if y == 0.5 and isinstance(x, Instruction):
+        return b.unary("sqrt", operand(b, x, dtype))
+    return b.binary("power", operand(b, x, dtype), operand(b, y, dtype))
+
+
+def maximum(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
+    return _arith("maximum", x, y, b)
+
+
+def minimum(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
+    return _arith("minimum", x, y, b)
+
+
+def clamp(b: HloBuilder, x: Instruction, lo: Value | None = None, hi: Value | None = None) -> Instruction:
+    require(lo is not None or hi is not None, "clamp needs min or max")
+    dtypes = [HLO_TO_TORCH[result_dtype(x, v)] for v in (lo, hi) if v is not None]
+    dtype = hlo_dtype(functools.reduce(torch.promote_types, dtypes))
+    out = operand(b, x, dtype)
+    if lo is not None:
+        out = b.binary("maximum", out, operand(b, lo, dtype))
+    if hi is not None:
+        out = b.binary("minimum", out, operand(b, hi, dtype))
+    return out
+
+
+def _unary(opcode: str, floating: bool = True):
+    """A rule applying one HLO opcode (computing in a float dtype for float-only math)."""
+    def rule(b: HloBuilder, x: Instruction) -> Instruction:
+        return b.unary(opcode, b.convert(x, float_dtype(x)) if floating else x)
+
+    rule.__name__ = opcode
+    rule.__doc__ = f"Elementwise ``{opcode}``."
+    return rule
+
+
+def reciprocal(b: HloBuilder, x: Instruction) -> Instruction:
+    dtype = float_dtype(x)
+    return b.binary("divide", b.scalar(1, dtype), b.convert(x, dtype))
+
+
+def _compare(direction: str):
+    """A rule for a comparison: operands promoted to a common dtype, result pred."""
+    def rule(b: HloBuilder, x: Value, y: Value) -> Instruction:
+        dtype = result_dtype(x, y)
+        return b.compare(operand(b, x, dtype), operand(b, y, dtype), direction)
+
+    rule.__name__ = f"compare_{direction.lower()}"
+    rule.__doc__ = f"``compare(direction={direction})``."
+    return rule
+
+
+def where(b: HloBuilder, cond: Instruction, x: Value, y: Value) -> Instruction:
+    dtype = result_dtype(x, y)
+    return b.select(b.convert(cond, "pred"), operand(b, x, dtype), operand(b, y, dtype))
+
+
+def logical_not(b: HloBuilder, x: Instruction) -> Instruction:
+    return b.unary("not", b.convert(x, "pred"))
+
+
+def _logical(opcode: str):
+    def rule(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
+        return b.binary(opcode, b.convert(x, "pred"), b.convert(y, "pred"))
+
+    rule.__name__ = f"logical_{opcode}"
+    return rule
+
+
+def to_copy(b: HloBuilder, x: Instruction, dtype: Any = None, layout: Any = None, device: Any = None,
+            pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Instruction:
+    """``_to_copy``: a ``convert`` when the dtype changes; layout/device/memory format do not matter."""
+    return x if dtype is None else b.convert(x, hlo_dtype(dtype))
+
+
+RULES = {
+    "aten.add.Tensor": add,
+    "aten.add.Scalar": add,
+    "aten.sub.Tensor": sub,
+    "aten.sub.Scalar": sub,
+    "aten.rsub.Tensor": rsub,
+    "aten.rsub.Scalar": rsub,
+    "aten.mul.Tensor": mul,
+    "aten.mul.Scalar": mul,
+    "aten.div.Tensor": div,
+    "aten.div.Scalar": div,
+    "aten.div.Tensor_mode": div,
+    "aten.div.Scalar_mode": div,
+    "aten.pow.Tensor_Scalar": pow_,
+    "aten.pow.Tensor_Tensor": pow_,
+    "aten.maximum.default": maximum,
+    "aten.minimum.default": minimum,
+    "aten.clamp.default": clamp,
+    "aten.clamp.Tensor": clamp,
+    "aten.neg.default": _unary("negate", floating=False),
+    "aten.abs.default": _unary("abs", floating=False),
+    "aten.exp.default": _unary("exponential"),
+    "aten.log.default": _unary("log"),
+    "aten.sqrt.default": _unary("sqrt"),
+    "aten.rsqrt.default": _unary("rsqrt"),
+    "aten.sin.default": _unary("sine"),
+    "aten.cos.default": _unary("cosine"),
+    "aten.floor.default": _unary("floor", floating=False),
+    "aten.ceil.default": _unary("ceil", floating=False),
+    "aten.reciprocal.default": reciprocal,
+    "aten.eq.Tensor": _compare("EQ"),
+    "aten.eq.Scalar": _compare("EQ"),
+    "aten.ne.Tensor": _compare("NE"),
+    "aten.ne.Scalar": _compare("NE"),
+    "aten.lt.Tensor": _compare("LT"),
+    "aten.lt.Scalar": _compare("LT"),
+    "aten.le.Tensor": _compare("LE"),
+    "aten.le.Scalar": _compare("LE"),
+    "aten.gt.Tensor": _compare("GT"),
+    "aten.gt.Scalar": _compare("GT"),
+    "aten.ge.Tensor": _compare("GE"),
+    "aten.ge.Scalar": _compare("GE"),
+    "aten.where.self": where,
+    "aten.logical_not.default": logical_not,
+    "aten.logical_and.default": _logical("and"),
+    "aten.logical_or.default": _logical("or"),
+    "aten._to_copy.default": to_copy,
+}
