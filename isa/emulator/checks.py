@@ -275,9 +275,10 @@ class Checker:
             other_agent, epoch = int(cols["agent"][i]), int(cols["epoch"][i])
             other = table.accesses[i]
             ordered = other_agent == agent or vc[other_agent] >= epoch
-            if not ordered:
-                if (other.write or acc.write) and _overlap(other, acc):
-                    raise RaceError(_race_message(other, acc))
+            if not ordered and (other.write or acc.write):
+                common = _overlap(other, acc)
+                if common is not None:
+                    raise RaceError(_race_message(other, acc, common))
             elif (acc.write or not other.write) and _covers(acc, other):
                 table.alive[i] = False
 
@@ -287,19 +288,21 @@ def _covers(big: Access, small: Access) -> bool:
             and big.lo <= small.lo and small.hi <= big.hi)
 
 
-def _overlap(a: Access, b: Access) -> bool:
+def _overlap(a: Access, b: Access) -> tuple[int, int] | None:
+    """[lo, hi) of the bytes both accesses touch (per partition on chip), None if they touch none."""
     if a.dense and b.dense:
-        return True  # the boxes overlap (the caller checked) and both are solid
-    return np.intersect1d(footprint(a.ap), footprint(b.ap), assume_unique=True).size > 0
+        return max(a.lo, b.lo), min(a.hi, b.hi)  # the boxes overlap (the caller checked), both solid
+    common = np.intersect1d(footprint(a.ap), footprint(b.ap), assume_unique=True)
+    return (int(common[0]), int(common[-1]) + 1) if common.size else None
 
 
-def _race_message(first: Access, second: Access) -> str:
+def _race_message(first: Access, second: Access, common: tuple[int, int]) -> str:
     def kind(acc: Access) -> str:
         return "writes" if acc.write else "reads"
 
     parts = ""
     if not first.region.startswith("hbm"):
         parts = f" partitions [{max(first.p0, second.p0)}, {min(first.p1, second.p1)})"
-    return (f"race on {first.region}{parts} bytes [{max(first.lo, second.lo)}, {min(first.hi, second.hi)}): "
+    return (f"race on {first.region}{parts} bytes [{common[0]}, {common[1]}): "
             f"{first.label} {kind(first)} {format_ap(first.ap)} and {second.label} {kind(second)} "
             f"{format_ap(second.ap)} with no semaphore chain ordering them")

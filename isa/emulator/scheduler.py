@@ -92,7 +92,7 @@ class Scheduler:
         self.active: list[Transfer] = []
         self.dma_clock = 0.0
         self.dma_version = 0
-        self.heap: list[tuple[float, int, int, object]] = []
+        self.heap: list[tuple[float, int, int, int, object]] = []
         self.seq = itertools.count()
         self.now = 0.0
         self.observer = observer
@@ -110,15 +110,16 @@ class Scheduler:
             self._try_issue(stream, None)
         heap, handlers = self.heap, self.handlers
         while heap:
-            time, _, kind, payload = heapq.heappop(heap)
+            time, _, _, kind, payload = heapq.heappop(heap)
             self.now = time
             handlers[kind](payload)
         self._check_finished()
         self.timeline.time_ns = self.now
         return self.timeline
 
-    def _push(self, time: float, kind: int, payload: object) -> None:
-        heapq.heappush(self.heap, (time, next(self.seq), kind, payload))
+    def _push(self, time: float, kind: int, payload: object, order: int = -1) -> None:
+        """Events fire in time order; at equal times in program order (``order``: instruction index)."""
+        heapq.heappush(self.heap, (time, order, next(self.seq), kind, payload))
 
     # engine streams --------------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class Scheduler:
         if cause is not None and self.now > earliest:
             self.timeline.stalls[stream.name][self.sem_source[cause]] += self.now - earliest
         stream.pending = True
-        self._push(max(self.now, earliest), START, op)
+        self._push(max(self.now, earliest), START, op, op.index)
 
     def _start(self, op: Op) -> None:
         stream = self.streams[op.engine]
@@ -158,7 +159,7 @@ class Scheduler:
                 self.observer.on_stream_end(stream.name)
         if op.queue < 0:  # dma moves its data when the transfer starts
             op.run()
-        self._push(end, DONE, op)
+        self._push(end, DONE, op, op.index)
         self.started += 1
         if self.progress and not self.started & 1023:
             self.progress(self.started, len(self.ops))
@@ -167,7 +168,7 @@ class Scheduler:
     def _done(self, op: Op) -> None:
         self.timeline.end[op.index] = self.now
         if op.queue >= 0:
-            self._push(self.now + self.fixed_ns, DMA_READY, op)
+            self._push(self.now + self.fixed_ns, DMA_READY, op, op.index)
         else:
             self._fire(op, op.engine, False)
 

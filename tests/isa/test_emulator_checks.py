@@ -1,0 +1,223 @@
+"""Rule violations at decode, deadlocks, and checked mode (uninitialized reads, races)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from isa.emulator import run_program
+from isa.errors import DeadlockError, ProgramError, RaceError, RuleViolation, UninitializedReadError
+from isa.target import Target, load_target
+from tests.isa.emulator_helpers import hb, ins, program, ps, sb
+
+TENSORS = [("x", "input", "f32", (128, 64)), ("y", "output", "f32", (128, 64))]
+
+
+def run(insts, target=None, check=False, tensors=TENSORS):
+    prog = program(tensors, insts)
+    return run_program(prog, {"x": np.ones((128, 64), np.float32)}, target=target, check=check)
+
+
+def small_k_target() -> Target:
+    data = copy.deepcopy(load_target("trn1").data)
+    data["pe"]["max_k"] = 64
+    return Target("trn1-small-k", data)
+
+
+STAT = sb(0, 128, 0, [[1, 64]], "bf16")
+RULES = [
+    ("start partition", [ins("dve", "memset", dst=sb(16, 48, 0, [[1, 8]]))],
+     r"start partition rule: 32 partitions may start at \(0, 32, 64, 96\), not 16"),
+    ("start partition 64", [ins("dve", "memset", dst=sb(32, 96, 0, [[1, 8]]))],
+     r"64 partitions may start at \(0, 64\), not 32"),
+    ("partition count", [ins("dve", "memset", dst=sb(0, 129, 0, [[1, 8]]))], "partition count over 128: 129"),
+    ("sbuf offset", [ins("dve", "memset", dst=sb(0, 128, 196604, [[1, 2]]))],
+     r"outside the sbuf partition: bytes \[196604, 196612\) of 196608"),
+    ("psum offset", [ins("act", "tensor_copy", dst=ps(0, 128, 16380, [[1, 2]]),
+                         src=sb(0, 128, 0, [[1, 2]]))], r"outside the psum partition.*of 16384"),
+    ("psum bank", [ins("pe", "load_stationary", src=STAT),
+                   ins("pe", "multiply_moving", dst=ps(0, 64, 2040, [[1, 4]]),
+                       src=sb(0, 128, 0, [[1, 4]], "bf16"))],
+     r"matmul dst crosses a PSUM bank: bytes \[2040, 2056\)"),
+    ("stationary M", [ins("pe", "load_stationary", src=sb(0, 128, 0, [[1, 129]], "bf16"))],
+     "stationary M over the limit: M=129 > 128"),
+    ("moving N", [ins("pe", "load_stationary", src=STAT),
+                  ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 513]]), src=sb(0, 128, 0, [[1, 513]], "bf16"))],
+     "moving N over the limit: N=513 > 512"),
+    ("K mismatch", [ins("pe", "load_stationary", src=STAT),
+                    ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]), src=sb(0, 64, 0, [[1, 8]], "bf16"))],
+     "K of moving differs from K of stationary: 64 vs 128"),
+    ("dst partitions", [ins("pe", "load_stationary", src=STAT),
+                        ins("pe", "multiply_moving", dst=ps(0, 128, 0, [[1, 8]]),
+                            src=sb(0, 128, 0, [[1, 8]], "bf16"))],
+     "dst partitions must equal stationary M: 128 vs M=64"),
+    ("no stationary", [ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]))],
+     "multiply_moving without a stationary tile"),
+    ("PE reads SBUF only", [ins("pe", "load_stationary", src=ps(0, 128, 0, [[1, 64]]))],
+     "operand src: load_stationary cannot access psum"),
+    ("POOL no PSUM", [ins("pool", "tensor_copy", dst=sb(0, 128, 0, [[1, 8]]), src=ps(0, 128, 0, [[1, 8]]))],
+     "operand src: engine pool cannot access psum"),
+    ("engine", [ins("dve", "dma", dst=sb(0, 128, 0, [[1, 8]]), src=hb("x", 0, [[64, 128], [1, 8]]))],
+     "dma cannot run on engine dve"),
+    ("free size psum", [ins("dve", "tensor_copy", dst=sb(0, 128, 0, [[1, 4097]], "bf16"),
+                            src=ps(0, 128, 0, [[1, 4097]], "bf16"))],
+     "free size over the psum limit: 4097 elements > 4096"),
+    ("free size sbuf", [ins("dve", "memset", dst=sb(0, 128, 0, [[1, 65537]], "bf16"))],
+     "free size over the sbuf limit: 65537 elements > 65536"),
+    ("hbm bounds", [ins("sp", "dma", dst=sb(0, 128, 0, [[1, 65]]), src=hb("x", 0, [[64, 128], [1, 65]]))],
+     r"access outside HBM tensor x: bytes \[0, 32772\) of a 32768-byte tensor"),
+    ("dtype", [ins("dve", "memset", dst=sb(0, 128, 0, [[1, 8]], "f64"))], "unknown dtype: 'f64'"),
+    ("dma dtype", [ins("sp", "dma", dst=sb(0, 128, 0, [[1, 8]], "bf16"), src=hb("x", 0, [[64, 128], [1, 8]]))],
+     "DMA sides differ in dtype: dst bf16, src f32"),
+    ("dma shape", [ins("sp", "dma", dst=sb(0, 128, 0, [[1, 4]]), src=hb("x", 0, [[64, 128], [1, 8]]))],
+     r"operands dst and src differ in shape: 128x4 vs 128x8"),
+    ("dma queue", [ins("sp", "dma", dst=sb(0, 128, 0, [[1, 8]]), src=hb("x", 0, [[64, 128], [1, 8]]), queue=16)],
+     "DMA queue out of range: queue 16, target has 16"),
+    ("semaphore", [ins("dve", "nop", signals=[256])], "semaphore id out of range: id 256, target has 256"),
+    ("bias shape", [ins("act", "activation", dst=sb(0, 128, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]),
+                        bias=sb(0, 128, 64, [[1, 2]]))], r"bias must be a per-partition \[P, 1\] vector"),
+    ("matmul dtype", [ins("pe", "load_stationary", src=STAT),
+                      ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]], "bf16"),
+                          src=sb(0, 128, 0, [[1, 8]], "bf16"))], "matmul dst must be f32"),
+]
+
+
+@pytest.mark.parametrize("insts,message", [(i, m) for _, i, m in RULES], ids=[r[0] for r in RULES])
+def test_rule_violation_names_instruction_rule_and_values(insts, message):
+    with pytest.raises(RuleViolation, match=message) as info:
+        run(insts)
+    bad = insts[-1]
+    assert f"{bad.engine}.{bad.opcode}" in str(info.value)
+
+
+def test_stationary_k_limit_comes_from_the_target():
+    with pytest.raises(RuleViolation, match="stationary K over the limit: K=128 > 64"):
+        run([ins("pe", "load_stationary", src=STAT)], target=small_k_target())
+
+
+def test_rule_message_carries_the_source_line():
+    expected = r"instruction #0 dve.memset \(line 42\): operand dst: start partition rule"
+    with pytest.raises(RuleViolation, match=expected):
+        run([ins("dve", "memset", dst=sb(8, 16, 0, [[1, 8]]), line=42)])
+
+
+@pytest.mark.parametrize("insts,match", [
+    ([ins("dve", "frobnicate")], "unknown opcode 'frobnicate'"),
+    ([ins("dve", "memset")], "missing operand 'dst'"),
+    ([ins("dve", "tensor_scalar", dst=sb(0, 1, 0, [[1, 1]]), src=sb(0, 1, 0, [[1, 1]]), op="add")],
+     "missing attribute 'scalar'"),
+    ([ins("dve", "tensor_scalar", dst=sb(0, 1, 0, [[1, 1]]), src=sb(0, 1, 0, [[1, 1]]), op="mod", scalar=1.0)],
+     "op='mod' not one of"),
+    ([ins("sp", "dma", dst=sb(0, 1, 0, [[1, 1]]), src=hb("nope", 0, [[1, 1], [1, 1]]))], "unknown HBM tensor"),
+])
+def test_structural_errors_are_program_errors(insts, match):
+    with pytest.raises(ProgramError, match=match):
+        run(insts)
+
+
+def test_deadlock_lists_each_blocked_instruction_and_its_waits():
+    insts = [ins("act", "nop", waits=[(0, 1)], signals=[1]),
+             ins("dve", "nop", waits=[(1, 1)], signals=[0]),
+             ins("pool", "nop", signals=[2]),
+             ins("pe", "nop", waits=[(2, 2)])]
+    with pytest.raises(DeadlockError) as info:
+        run(insts)
+    text = str(info.value)
+    assert "#0 act.nop waits on sem 0 is 0, needs 1" in text
+    assert "#1 dve.nop waits on sem 1 is 0, needs 1" in text
+    assert "#3 pe.nop waits on sem 2 is 1, needs 2" in text
+    assert "pool" not in text
+
+
+def load_x(signals=(0,), queue=0, off=0):
+    return ins("sp", "dma", dst=sb(0, 128, off, [[1, 64]]), src=hb("x", 0, [[64, 128], [1, 64]]),
+               queue=queue, signals=list(signals))
+
+
+def test_uninitialized_sbuf_read_names_instruction_and_region():
+    insts = [ins("dve", "tensor_copy", dst=sb(64, 96, 0, [[1, 4]]), src=sb(64, 96, 1024, [[2, 4]]), line=3)]
+    run(insts)  # unchecked: no error
+    with pytest.raises(UninitializedReadError,
+                       match=r"#0 dve.tensor_copy \(line 3\) reads memory nothing wrote: "
+                             r"sbuf\[64:96\]@1024\[2,4\]:f32 \(512 of 512 bytes unwritten; first at "
+                             r"partition 64, byte 1024\)"):
+        run(insts, check=True)
+
+
+def test_partially_written_tile_reports_first_unwritten_byte():
+    insts = [ins("dve", "memset", dst=sb(0, 128, 0, [[1, 6]]), signals=[0]),
+             ins("act", "tensor_copy", dst=sb(0, 128, 64, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]), waits=[(0, 1)])]
+    with pytest.raises(UninitializedReadError, match=r"1024 of 4096 bytes unwritten; first at partition 0, byte 24"):
+        run(insts, check=True)
+
+
+def test_accumulating_matmul_into_unwritten_psum_is_uninitialized():
+    insts = [load_x(), ins("pe", "load_stationary", src=sb(0, 128, 0, [[1, 64]]), waits=[(0, 1)]),
+             ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]), acc=1)]
+    with pytest.raises(UninitializedReadError, match="pe.multiply_moving reads memory nothing wrote: psum"):
+        run(insts, check=True)
+
+
+def test_reading_an_output_tensor_before_writing_it():
+    insts = [ins("sp", "dma", dst=sb(0, 128, 0, [[1, 64]]), src=hb("y", 0, [[64, 128], [1, 64]]))]
+    with pytest.raises(UninitializedReadError, match="hbm:y@0"):
+        run(insts, check=True)
+
+
+def missing_wait_program(wait_both: bool):
+    """Two loads on two queues; DVE waits for the slow one (and, if ``wait_both``, the fast one too)."""
+    slow = ins("sp", "dma", dst=sb(0, 128, 0, [[1, 64]]), src=hb("x", 0, [[64, 128], [1, 64]]), queue=0,
+               signals=[0])
+    fast = ins("sp", "dma", dst=sb(0, 128, 1024, [[1, 4]]), src=hb("x", 0, [[64, 128], [1, 4]]), queue=1,
+               signals=[0] if wait_both else [1])
+    add = ins("dve", "tensor_tensor", dst=sb(0, 128, 2048, [[1, 4]]), a=sb(0, 128, 0, [[1, 4]]),
+              b=sb(0, 128, 1024, [[1, 4]]), op="add", waits=[(0, 2 if wait_both else 1)], line=9)
+    return [slow, fast, add]
+
+
+def test_missing_wait_is_a_race_and_the_wait_fixes_it():
+    result = run(missing_wait_program(wait_both=False))  # unchecked: runs (the data happens to be there)
+    assert result.profile.time_us > 0
+    with pytest.raises(RaceError) as info:
+        run(missing_wait_program(wait_both=False), check=True)
+    text = str(info.value)
+    assert "race on sbuf partitions [0, 128) bytes [1024, 1040)" in text
+    assert "#1 sp.dma (transfer on dma queue 1) writes" in text and "#2 dve.tensor_tensor (line 9) reads" in text
+    run(missing_wait_program(wait_both=True), check=True)
+
+
+def test_write_after_read_without_wait_is_a_race():
+    read = ins("act", "activation", dst=sb(0, 128, 4096, [[1, 64]]), src=sb(0, 128, 0, [[1, 64]]), waits=[(0, 1)],
+               signals=[1])
+    for waits, raises in (([], True), ([(1, 1)], False)):
+        insts = [load_x(), read, ins("sp", "dma", dst=sb(0, 128, 0, [[1, 64]]), src=hb("x", 0, [[64, 128], [1, 64]]),
+                                     queue=0, waits=list(waits))]  # same queue: ordered after the load
+        if raises:
+            with pytest.raises(RaceError) as info:
+                run(insts, check=True)
+            assert "act.activation reads" in str(info.value)
+            assert "sp.dma (transfer on dma queue 0) writes" in str(info.value)
+        else:
+            run(insts, check=True)
+
+
+def test_transitive_semaphore_chain_orders_accesses():
+    insts = [ins("pool", "memset", dst=sb(0, 128, 0, [[1, 64]]), signals=[0]),
+             ins("act", "nop", waits=[(0, 1)], signals=[1]),
+             ins("dve", "memset", dst=sb(0, 128, 0, [[1, 64]]), waits=[(1, 1)], value=1.0)]
+    run(insts, check=True)
+    insts[2].waits.clear()
+    with pytest.raises(RaceError, match="pool.memset writes .* dve.memset writes"):
+        run(insts, check=True)
+
+
+def test_interleaved_strided_writes_do_not_race():
+    insts = [ins("pool", "memset", dst=sb(0, 128, 0, [[2, 32]])),
+             ins("dve", "memset", dst=sb(0, 128, 4, [[2, 32]])),
+             ins("dve", "memset", dst=sb(0, 32, 256, [[1, 4]]))]
+    run(insts, check=True)
+    insts.append(ins("dve", "memset", dst=sb(0, 128, 8, [[1, 1]])))  # hits one of pool's elements
+    with pytest.raises(RaceError, match=r"bytes \[8, 12\): instruction #0 pool.memset writes"):
+        run(insts, check=True)
