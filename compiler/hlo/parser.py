@@ -15,6 +15,8 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from compiler.errors import HloParseError
 from compiler.hlo.ir import HLO_DTYPES, Computation, Instruction, Module, Quoted, Shape, SliceSpec
+from compiler.hlo.printer import format_shape
+from compiler.hlo.shape_inference import same_shape
 
 # Attributes whose bare value names a computation even without the '%' sigil.
 COMPUTATION_ATTRS = frozenset({"calls", "to_apply", "condition", "body", "scatter", "select", "comparator"})
@@ -360,17 +362,7 @@ class _Builder:
             raise self.error(f"constant %{inst.name}: data \"{data.text}\" {exc}", rec.name) from None
 
 
-def same_shape(a: Shape, b: Shape) -> bool:
-    """Equal element type, dims and tuple structure (layouts are not compared)."""
-    if a.is_tuple or b.is_tuple:
-        return (a.is_tuple and b.is_tuple and len(a.tuple_shapes) == len(b.tuple_shapes)
-                and all(same_shape(x, y) for x, y in zip(a.tuple_shapes, b.tuple_shapes, strict=True)))
-    return a.dtype == b.dtype and a.dims == b.dims
-
-
 def _shape_str(shape: Shape) -> str:
-    from compiler.hlo.printer import format_shape
-
     return format_shape(shape, with_layout=False)
 
 
