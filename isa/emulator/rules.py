@@ -148,7 +148,7 @@ class RuleChecker:
                 self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
                            f"bytes [{lo}, {hi}) of a {decl.nbytes}-byte tensor")
             return
-        self._partitions(who, what, ap)
+        self._partitions(who, what, ap, start_rule=inst.engine != "sp")
         size = (self.target.sbuf_partition_bytes if ap.memory == "sbuf"
                 else self.target.psum_partition_bytes)
         if lo < 0 or hi > size:
@@ -160,13 +160,17 @@ class RuleChecker:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
                            f"{ap.free_size} elements > {limit}")
 
-    def _partitions(self, who: str, what: str, ap: AccessPattern) -> None:
+    def _partitions(self, who: str, what: str, ap: AccessPattern, start_rule: bool) -> None:
+        """Partition range; the start-partition rule binds the compute engines' SBUF/PSUM ports,
+        not DMA, whose descriptors address any partition (NKI ISA reference)."""
         parts = self.target.partitions
         count, start = ap.partitions, ap.start_partition
         if count > parts:
             self._fail(who, f"{what}: partition count over {parts}", f"{count}")
         if start < 0 or start + count > parts:
             self._fail(who, f"{what}: partitions out of range", f"[{start}, {start + count}) of {parts}")
+        if not start_rule:
+            return
         for largest, starts in START_PARTITIONS:
             if count <= largest:
                 if start not in starts:
