@@ -1,0 +1,413 @@
+"""The binary .neff container of a Program: ``encode``/``decode`` bytes, ``save``/``load`` files.
+
+Layout (every integer little-endian)::
+
+    offset 0   magic        4 bytes  b"NEFF"
+           4   version      u16      FORMAT_VERSION
+           6   flags        u16      0 (no flag is defined yet; others are rejected)
+           8   sections     u32      entries in the section table
+          12   length       u64      total file length in bytes, checksum included
+          20   section table         per section: kind u32, offset u64, length u64
+          ..   sections              at their offsets, in table order
+    length-32  checksum     32 bytes SHA-256 of bytes [0, length - 32)
+
+Sections (kind: content), each exactly once:
+
+1 header        UTF-8 JSON (never pickle): ``target``, ``tensors`` (``[name, kind, dtype, shape]`` in
+                declaration order), ``inputs``, ``outputs``, ``meta`` (non-finite floats are written
+                as JSON ``Infinity``/``NaN``) and ``constants`` (``{name, dtype, shape, offset,
+                nbytes}``, offsets into the constants section).
+2 strings       u32 count, then per string: u32 byte length and UTF-8 bytes. String 0 is "".
+3 instructions  u32 count, then per instruction, driven by the OPCODES table:
+                u16 opcode code, u8 engine (index in program.ENGINES), u8 operand count;
+                per operand: u8 index in the opcode's operand table, then the access pattern:
+                u8 memory (index in program.MEMORIES), u8 dtype code, u8 pair count, u8 0,
+                i32 start partition, i32 partitions, i64 byte offset, i64 partition stride,
+                i32 tensor (index in the header's tensors; -1 for none), pairs x (i64 stride, i64 count);
+                every attribute in table order: int i64, float f64, str with choices u16 index
+                into them, other str u32 string index; u32 comment (string index, 0 = none);
+                u16 wait count, waits x (u32 semaphore, u32 value); u16 signal count, u32 each.
+4 constants     the raw little-endian C-order bytes of each constant array.
+
+What the container keeps: everything in a Program except ``Instruction.line`` (a position in a
+.s text; decoded as None) and ``Program.constants_file`` (a text-form detail). Instruction comments
+are kept (``neuronc disasm`` shows them). Absent attributes are written as their defaults, as in the
+text form. The container checks structure only; which engine or memory an instruction may use is
+the assembler's and emulator's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import operator
+import os
+import struct
+from collections.abc import Callable
+from math import prod
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from isa.asm import constant_problems, isa_dtype_of, write_atomic
+from isa.dtypes import DTYPE_BY_CODE, DTYPES
+from isa.errors import NeffError, ProgramError
+from isa.instructions import OPCODE_BY_CODE, OPCODES, AttrSpec
+from isa.program import ENGINES, MEMORIES, TENSOR_KINDS, AccessPattern, Instruction, Program, TensorDecl
+
+MAGIC = b"NEFF"
+FORMAT_VERSION = 1
+SECTION_HEADER, SECTION_STRINGS, SECTION_INSTRUCTIONS, SECTION_CONSTANTS = 1, 2, 3, 4
+SECTION_NAMES = {SECTION_HEADER: "header", SECTION_STRINGS: "strings",
+                 SECTION_INSTRUCTIONS: "instructions", SECTION_CONSTANTS: "constants"}
+
+_FILE_HEADER = struct.Struct("<4sHHIQ")
+_SECTION_ENTRY = struct.Struct("<IQQ")
+_CHECKSUM_BYTES = hashlib.sha256().digest_size
+_U16, _U32 = struct.Struct("<H"), struct.Struct("<I")
+_INSTR_HEAD = struct.Struct("<HBB")
+_OPERAND_INDEX = struct.Struct("<B")
+_PATTERN_HEAD = struct.Struct("<BBBxiiqqi")
+_PAIR = struct.Struct("<qq")
+_WAIT = struct.Struct("<II")
+_ATTR_STRUCTS = {int: struct.Struct("<q"), float: struct.Struct("<d")}
+_CHOICE, _STRING = _U16, _U32
+
+
+# ------------------------------------------------------------------------------------------ encode
+
+def encode(program: Program) -> bytes:
+    """The .neff bytes of ``program``. Raises ProgramError for what the container cannot hold."""
+    strings = _StringTable()
+    tensor_index = {name: i for i, name in enumerate(program.tensors)}
+    instructions = bytearray(_U32.pack(len(program.instructions)))
+    for number, instr in enumerate(program.instructions):
+        try:
+            instructions += _encode_instruction(instr, tensor_index, strings)
+        except (struct.error, TypeError, ValueError, KeyError) as e:
+            problem = f"a value is out of the range of its binary field ({e})" if isinstance(
+                e, struct.error) else e.args[0] if e.args else str(e)
+            raise ProgramError(f"instruction {number} ({instr.engine}.{instr.opcode}): {problem}") from None
+    constants, constant_entries = _encode_constants(program)
+    header = {
+        "target": program.target,
+        "tensors": [[d.name, d.kind, d.dtype, list(d.shape)] for d in program.tensors.values()],
+        "inputs": list(program.inputs),
+        "outputs": list(program.outputs),
+        "meta": {key: _meta_value(key, value) for key, value in program.meta.items()},
+        "constants": constant_entries,
+    }
+    sections = [(SECTION_HEADER, json.dumps(header).encode()), (SECTION_STRINGS, strings.encode()),
+                (SECTION_INSTRUCTIONS, bytes(instructions)), (SECTION_CONSTANTS, constants)]
+    offset = _FILE_HEADER.size + _SECTION_ENTRY.size * len(sections)
+    length = offset + sum(len(body) for _, body in sections) + _CHECKSUM_BYTES
+    out = bytearray(_FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(sections), length))
+    for kind, body in sections:
+        out += _SECTION_ENTRY.pack(kind, offset, len(body))
+        offset += len(body)
+    for _, body in sections:
+        out += body
+    out += hashlib.sha256(out).digest()
+    return bytes(out)
+
+
+def save(program: Program, path: str | os.PathLike) -> None:
+    """Write ``program`` to ``path`` atomically (a failure leaves no partial file)."""
+    write_atomic(Path(path), encode(program))
+
+
+class _StringTable:
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {"": 0}
+
+    def add(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"{text!r} is not a string")
+        return self.index.setdefault(text, len(self.index))
+
+    def encode(self) -> bytes:
+        out = bytearray(_U32.pack(len(self.index)))
+        for text in self.index:
+            raw = text.encode()
+            out += _U32.pack(len(raw)) + raw
+        return bytes(out)
+
+
+def _encode_instruction(instr: Instruction, tensor_index: dict[str, int], strings: _StringTable) -> bytes:
+    spec = OPCODES.get(instr.opcode)
+    if spec is None:
+        raise KeyError(f"unknown opcode {instr.opcode!r}")
+    if instr.engine not in ENGINES:
+        raise KeyError(f"unknown engine {instr.engine!r}")
+    names = [o.name for o in spec.operands]
+    known = {*names, *(a.name for a in spec.attrs)}
+    unknown = [n for n in [*instr.operands, *instr.attrs] if n not in known]
+    if unknown:
+        raise KeyError(f"no operand or attribute {unknown[0]!r}")
+    out = bytearray(_INSTR_HEAD.pack(spec.code, ENGINES.index(instr.engine), len(instr.operands)))
+    for index, name in enumerate(names):
+        if name in instr.operands:
+            out += _OPERAND_INDEX.pack(index) + _encode_pattern(instr.operands[name], tensor_index)
+    for attr in spec.attrs:
+        value = instr.attrs.get(attr.name, attr.default)
+        if value is None:
+            raise KeyError(f"missing attribute {attr.name!r}")
+        out += _encode_attr(attr, value, strings)
+    out += _U32.pack(strings.add(instr.comment))
+    out += _U16.pack(len(instr.waits)) + b"".join(_WAIT.pack(sem, value) for sem, value in instr.waits)
+    out += _U16.pack(len(instr.signals)) + b"".join(_U32.pack(sem) for sem in instr.signals)
+    return bytes(out)
+
+
+def _encode_pattern(ap: AccessPattern, tensor_index: dict[str, int]) -> bytes:
+    if ap.memory not in MEMORIES or ap.dtype not in DTYPES:
+        raise ValueError(f"access pattern with memory {ap.memory!r} and dtype {ap.dtype!r}")
+    if ap.tensor is not None and ap.tensor not in tensor_index:
+        raise KeyError(f"access pattern names undeclared tensor {ap.tensor!r}")
+    tensor = -1 if ap.tensor is None else tensor_index[ap.tensor]
+    head = _PATTERN_HEAD.pack(MEMORIES.index(ap.memory), DTYPES[ap.dtype].code, len(ap.pattern),
+                              ap.start_partition, ap.partitions, ap.offset, ap.partition_stride, tensor)
+    return head + b"".join(_PAIR.pack(stride, count) for stride, count in ap.pattern)
+
+
+def _encode_attr(attr: AttrSpec, value: Any, strings: _StringTable) -> bytes:
+    if attr.kind is int:
+        return _ATTR_STRUCTS[int].pack(operator.index(value))
+    if attr.kind is float:
+        return _ATTR_STRUCTS[float].pack(float(value))
+    if not attr.choices:
+        return _STRING.pack(strings.add(value))
+    if value not in attr.choices:
+        raise ValueError(f"{attr.name}={value!r} is not one of {', '.join(attr.choices)}")
+    return _CHOICE.pack(attr.choices.index(value))
+
+
+def _encode_constants(program: Program) -> tuple[bytes, list[dict[str, Any]]]:
+    for name, problem in constant_problems(program.tensors, program.constants):
+        raise ProgramError(f"constant {name!r}: {problem}")
+    blob, entries = bytearray(), []
+    for name, array in program.constants.items():
+        raw = np.require(array, requirements="C").tobytes()
+        entries.append({"name": name, "dtype": isa_dtype_of(array).name, "shape": list(array.shape),
+                        "offset": len(blob), "nbytes": len(raw)})
+        blob += raw
+    return bytes(blob), entries
+
+
+def _meta_value(key: str, value: object) -> int | float | str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float | np.floating):
+        return float(value)
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise ProgramError(f"meta {key}={value!r} is not int, float or str") from None
+
+
+# ------------------------------------------------------------------------------------------ decode
+
+def load(path: str | os.PathLike) -> Program:
+    """Read a .neff file; NeffError messages start with the path."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise NeffError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        return decode(data)
+    except NeffError as e:
+        raise NeffError(f"{path}: {e}") from None
+
+
+def decode(data: bytes) -> Program:
+    """The Program in .neff bytes. Raises NeffError for a foreign, truncated, corrupt or newer file."""
+    data = bytes(data)
+    sections = _check_container(data)
+    header = _decode_header(sections[SECTION_HEADER])
+    strings = _decode_strings(sections[SECTION_STRINGS])
+    program = Program(header["target"], inputs=header["inputs"], outputs=header["outputs"],
+                      meta=header["meta"])
+    for name, kind, dtype, shape in header["tensors"]:
+        program.tensors[name] = TensorDecl(name, kind, dtype, tuple(shape))
+    program.instructions = _decode_instructions(sections[SECTION_INSTRUCTIONS], list(program.tensors),
+                                                strings)
+    program.constants = _decode_constants(sections[SECTION_CONSTANTS], header["constants"])
+    return program
+
+
+def _check_container(data: bytes) -> dict[int, bytes]:
+    """Check magic, version, length and checksum; return the body of each section by kind."""
+    if data[:4] != MAGIC[:len(data[:4])]:
+        raise NeffError(f"not a .neff file: it starts with {data[:8]!r}, a .neff file with {MAGIC!r}")
+    minimum = _FILE_HEADER.size + _CHECKSUM_BYTES
+    if len(data) < _FILE_HEADER.size:
+        raise NeffError(f"truncated .neff file: expected at least {minimum} bytes, got {len(data)}")
+    _, version, flags, count, length = _FILE_HEADER.unpack_from(data)
+    if version != FORMAT_VERSION:
+        raise NeffError(f"unsupported .neff format version {version} (this neuronc reads version "
+                        f"{FORMAT_VERSION}); compile the model again with this neuronc")
+    if len(data) < length:
+        raise NeffError(f"truncated .neff file: expected {length} bytes, got {len(data)}")
+    if len(data) > length:
+        raise NeffError(f"malformed .neff file: {len(data) - length} unexpected bytes after its end "
+                        f"(length {length})")
+    if length < minimum:
+        raise NeffError(f"malformed .neff file: length {length} is below the minimum {minimum}")
+    body_end = length - _CHECKSUM_BYTES
+    stored, computed = data[body_end:], hashlib.sha256(data[:body_end]).digest()
+    if stored != computed:
+        raise NeffError(f"checksum mismatch: the .neff file is corrupted (stored SHA-256 "
+                        f"{stored.hex()[:16]}..., computed {computed.hex()[:16]}...)")
+    if flags != 0:
+        raise NeffError(f"unsupported .neff flags {flags:#06x} (this neuronc defines none)")
+    table_end = _FILE_HEADER.size + _SECTION_ENTRY.size * count
+    if table_end > body_end:
+        raise NeffError(f"malformed section table: {count} sections do not fit in {length} bytes")
+    sections: dict[int, bytes] = {}
+    for i in range(count):
+        kind, offset, size = _SECTION_ENTRY.unpack_from(data, _FILE_HEADER.size + _SECTION_ENTRY.size * i)
+        if kind not in SECTION_NAMES or kind in sections:
+            problem = "a second" if kind in sections else "unknown"
+            raise NeffError(f"malformed section table: entry {i} has {problem} kind {kind}")
+        if offset < table_end or offset + size > body_end:
+            raise NeffError(f"malformed section table: {SECTION_NAMES[kind]} section [{offset}, "
+                            f"{offset + size}) lies outside [{table_end}, {body_end})")
+        sections[kind] = data[offset:offset + size]
+    missing = [name for kind, name in SECTION_NAMES.items() if kind not in sections]
+    if missing:
+        raise NeffError(f"malformed section table: no {', '.join(missing)} section")
+    return sections
+
+
+def _malformed(section: str, what: str) -> NeffError:
+    return NeffError(f"malformed {section} section: {what}")
+
+
+def _decode_header(body: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(body.decode())
+        checks: dict[str, Callable[[Any], bool]] = {
+            "target": lambda v: isinstance(v, str),
+            "tensors": lambda v: isinstance(v, list) and all(
+                isinstance(t, list) and len(t) == 4 and isinstance(t[0], str) and t[1] in TENSOR_KINDS
+                and t[2] in DTYPES and isinstance(t[3], list) for t in v),
+            "inputs": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+            "outputs": lambda v: isinstance(v, list) and all(isinstance(n, str) for n in v),
+            "meta": lambda v: isinstance(v, dict) and all(isinstance(x, int | float | str) for x in v.values()),
+            "constants": lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v),
+        }
+        for key, check in checks.items():
+            if key not in header or not check(header[key]):
+                raise _malformed("header", f"missing or bad {key!r}")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError) as e:
+        raise _malformed("header", f"not a JSON object ({e})") from None
+    return header
+
+
+class _Reader:
+    """Reads fixed-size records from one section, raising NeffError when it runs short."""
+
+    def __init__(self, body: bytes, section: str):
+        self.body, self.section, self.position = body, section, 0
+
+    def read(self, record: struct.Struct, what: str) -> tuple:
+        if self.position + record.size > len(self.body):
+            raise _malformed(self.section, f"ends inside {what} at byte {self.position}")
+        values = record.unpack_from(self.body, self.position)
+        self.position += record.size
+        return values
+
+    def read_bytes(self, size: int, what: str) -> bytes:
+        if self.position + size > len(self.body):
+            raise _malformed(self.section, f"ends inside {what} at byte {self.position}")
+        self.position += size
+        return self.body[self.position - size:self.position]
+
+    def finish(self) -> None:
+        if self.position != len(self.body):
+            raise _malformed(self.section, f"{len(self.body) - self.position} stray bytes at its end")
+
+
+def _decode_strings(body: bytes) -> list[str]:
+    reader = _Reader(body, "strings")
+    (count,) = reader.read(_U32, "the string count")
+    strings = []
+    for i in range(count):
+        (size,) = reader.read(_U32, f"string {i}")
+        try:
+            strings.append(reader.read_bytes(size, f"string {i}").decode())
+        except UnicodeDecodeError:
+            raise _malformed("strings", f"string {i} is not UTF-8") from None
+    reader.finish()
+    return strings
+
+
+def _decode_instructions(body: bytes, tensors: list[str], strings: list[str]) -> list[Instruction]:
+    reader = _Reader(body, "instructions")
+    (count,) = reader.read(_U32, "the instruction count")
+    instructions = [_decode_instruction(reader, i, tensors, strings) for i in range(count)]
+    reader.finish()
+    return instructions
+
+
+def _decode_instruction(reader: _Reader, number: int, tensors: list[str], strings: list[str]) -> Instruction:
+    what = f"instruction {number}"
+
+    def check(ok: bool, problem: str) -> None:
+        if not ok:
+            raise _malformed("instructions", f"{what}: {problem}")
+
+    def string(index: int) -> str:
+        check(index < len(strings), f"string index {index} out of range")
+        return strings[index]
+
+    code, engine, operand_count = reader.read(_INSTR_HEAD, what)
+    check(code in OPCODE_BY_CODE, f"unknown opcode code {code}")
+    check(engine < len(ENGINES), f"unknown engine id {engine}")
+    spec = OPCODE_BY_CODE[code]
+    instr = Instruction(ENGINES[engine], spec.name)
+    for _ in range(operand_count):
+        (index,) = reader.read(_OPERAND_INDEX, what)
+        check(index < len(spec.operands), f"{spec.name} has no operand #{index}")
+        name = spec.operands[index].name
+        check(name not in instr.operands, f"operand {name!r} given twice")
+        memory, dtype, pair_count, start, partitions, offset, pstride, tensor = reader.read(_PATTERN_HEAD, what)
+        check(memory < len(MEMORIES), f"unknown memory id {memory}")
+        check(dtype in DTYPE_BY_CODE, f"unknown dtype code {dtype}")
+        check(-1 <= tensor < len(tensors), f"tensor index {tensor} out of range")
+        pattern = tuple(reader.read(_PAIR, what) for _ in range(pair_count))
+        instr.operands[name] = AccessPattern(MEMORIES[memory], DTYPE_BY_CODE[dtype].name, offset, pattern,
+                                             start, partitions, tensors[tensor] if tensor >= 0 else None,
+                                             pstride)
+    for attr in spec.attrs:
+        if attr.kind is not str:
+            (instr.attrs[attr.name],) = reader.read(_ATTR_STRUCTS[attr.kind], what)
+        elif attr.choices:
+            (index,) = reader.read(_CHOICE, what)
+            check(index < len(attr.choices), f"{attr.name} choice {index} out of range")
+            instr.attrs[attr.name] = attr.choices[index]
+        else:
+            instr.attrs[attr.name] = string(reader.read(_STRING, what)[0])
+    instr.comment = string(reader.read(_U32, what)[0])
+    (wait_count,) = reader.read(_U16, what)
+    instr.waits = [reader.read(_WAIT, what) for _ in range(wait_count)]
+    (signal_count,) = reader.read(_U16, what)
+    instr.signals = [reader.read(_U32, what)[0] for _ in range(signal_count)]
+    return instr
+
+
+def _decode_constants(body: bytes, entries: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    constants = {}
+    for entry in entries:
+        try:
+            name, dtype, shape = entry["name"], DTYPES[entry["dtype"]].numpy, tuple(entry["shape"])
+            offset, nbytes = entry["offset"], entry["nbytes"]
+            if nbytes != prod(shape) * dtype.itemsize or offset < 0 or offset + nbytes > len(body):
+                raise _malformed("constants", f"{name!r}: {nbytes} bytes at {offset} do not hold "
+                                              f"{entry['dtype']}{list(shape)} within {len(body)} bytes")
+            array = np.frombuffer(body, dtype, prod(shape), offset).reshape(shape).copy()
+        except (KeyError, TypeError, ValueError) as e:
+            raise _malformed("header", f"bad constant entry {entry} ({e})") from None
+        constants[name] = array
+    return constants
