@@ -267,7 +267,9 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
     """The HLO pipeline for ``-O<opt_level>``.
 
     * O0: ``canonicalize``, ``auto_cast`` -- only what lowering needs.
-    * O1: + the ``simplification`` fixed point (``algebraic_simplifier``, ``constant_folding``, ``dce``).
+    * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``dce``).
+      Folding goes first so that a transpose of a weight is folded into the constant (a transposed copy made
+      at compile time) rather than into the dot's contracting dims (a strided read at run time).
     * O2 (default), O3: + ``fusion`` (``fusion="none"`` leaves it out). Fusion removes what it fuses, so no
       DCE follows it. O3 currently equals O2; it is the place for passes that trade compile time for speed.
 
@@ -287,7 +289,7 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
     passes: list[PassLike] = [Canonicalize(), AutoCastPass(options.auto_cast, options.auto_cast_type)]
     if opt_level >= 1:
         passes.append(FixedPoint("simplification",
-                                 [AlgebraicSimplifier(), ConstantFolding(), DeadCodeElimination()],
+                                 [ConstantFolding(), AlgebraicSimplifier(), DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
         passes.append(FusionPass())

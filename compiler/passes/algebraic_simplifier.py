@@ -12,6 +12,8 @@ dead are left to ``dce``. The rewrites:
   -> the operand.
 * ``transpose(transpose(x))`` -> one transpose (or ``x``); ``reshape(reshape(x))`` -> one reshape;
   ``broadcast(broadcast(x))`` -> one broadcast.
+* ``convert(broadcast(x))`` -> ``broadcast(convert(x))``: convert the small operand (constant folding then
+  folds a cast bias vector at compile time).
 * ``convert(convert(x))`` back to x's type through a type that holds every value of it (bf16 -> f32 -> bf16)
   -> ``x`` (auto-cast leaves such pairs between elementwise ops).
 * ``add(x, 0)`` and ``multiply(x, 1)`` (the constant possibly broadcast, on either side) -> ``x`` when ``x``
@@ -22,7 +24,14 @@ from __future__ import annotations
 
 from compiler.hlo.ir import Computation, Instruction, Module
 from compiler.pass_manager import HloPass
-from compiler.passes.utils import constant_value, dot_dims, reachable_computations, replace_instruction
+from compiler.passes.utils import (
+    constant_value,
+    dot_dims,
+    insert_before,
+    new_instruction,
+    reachable_computations,
+    replace_instruction,
+)
 
 # from-type -> types that represent every value of it exactly
 _LOSSLESS_WIDENING: dict[str, frozenset[str]] = {
@@ -37,12 +46,19 @@ _LOSSLESS_WIDENING: dict[str, frozenset[str]] = {
 class AlgebraicSimplifier(HloPass):
     name = "algebraic_simplifier"
 
+    def __init__(self) -> None:
+        self._module: Module | None = None
+        self._comp: Computation | None = None
+
     def run(self, module: Module) -> bool:
         changed = False
+        self._module = module
         for comp in reachable_computations(module):
+            self._comp = comp
             # A rewrite removes only the instruction it visits, so the snapshot stays valid.
             for inst in list(comp.instructions):
                 changed |= self._simplify(comp, inst)
+        self._module = self._comp = None
         return changed
 
     def _simplify(self, comp: Computation, inst: Instruction) -> bool:
@@ -138,11 +154,16 @@ class AlgebraicSimplifier(HloPass):
         b.attrs["dimensions"] = composed
         return b
 
-    @staticmethod
-    def _convert(c: Instruction) -> Instruction | None:
+    def _convert(self, c: Instruction) -> Instruction | None:
         source = c.operands[0]
         if source.shape.dtype == c.shape.dtype:
             return source
+        if source.opcode == "broadcast":  # convert the small operand, then broadcast it
+            narrow = new_instruction(self._module, "convert", source.operands[0].shape.with_dtype(c.shape.dtype),
+                                     [source.operands[0]], metadata=c.metadata)
+            wide = new_instruction(self._module, "broadcast", c.shape, [narrow], dict(source.attrs), c.metadata)
+            insert_before(self._comp, c, narrow)
+            return insert_before(self._comp, c, wide)
         if source.opcode == "convert":
             original = source.operands[0]
             through = source.shape.dtype

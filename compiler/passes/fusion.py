@@ -197,23 +197,27 @@ class FusionPass(HloPass):
                     continue
                 self._add_cheap(group, producer, users)
                 source = producer.operands[0]
-                what = f"%{source.name}" if source.opcode != "constant" else "a constant"
-                shared = producer.uid in group.shared
-                self._record(producer, member, True, f"broadcast of {what} moved into the fusion"
-                             + (" (duplicated: it has other users)" if shared else ""), group.kind)
-                if source.opcode == "constant" and source.shape.rank == 0:
+                scalar_constant = source.opcode == "constant" and source.shape.rank == 0
+                reason = (f"broadcast of the scalar constant %{source.name} moved into the fusion" if scalar_constant
+                          else f"broadcast moved into the fusion, which reads %{source.name} instead")
+                if producer.uid in group.shared:
+                    reason += " (duplicated: it has other users)"
+                self._record(producer, member, True, reason, group.kind)
+                if scalar_constant:
                     self._add_cheap(group, source, users)
 
     @staticmethod
     def _add_cheap(group: _Group, inst: Instruction, users: dict[Instruction, list[Instruction]]) -> None:
         group.members[inst.uid] = inst
-        if any(u.uid not in group.members for u in users[inst]):
+        # shared: something outside the fusion (or a shared copy that stays outside) still reads it
+        if any(u.uid not in group.members or u.uid in group.shared for u in users[inst]):
             group.shared.add(inst.uid)
 
     # -- building fusion instructions --------------------------------------------------------------------------
     def _fuse_groups(self, module: Module, comp: Computation, groups: list[_Group]) -> bool:
         shared: dict[int, Instruction] = {}
-        for group in groups:
+        position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
+        for group in sorted(groups, key=lambda g: position[g.root.uid]):  # number fusions in program order
             self._build(module, comp, group)
             shared.update((uid, group.members[uid]) for uid in group.shared)
         if shared:  # a duplicated broadcast/constant whose users all got fused is now dead

@@ -1,0 +1,29 @@
+"""constant_folding: converts/transposes/reshapes of constants and small broadcasts become constants."""
+
+from __future__ import annotations
+
+from compiler.hlo.ir import Quoted
+from compiler.passes.constant_folding import ConstantFolding
+from compiler.passes.dce import DeadCodeElimination
+from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
+
+
+def test_golden():
+    run_golden("constant_folding", [ConstantFolding(), ConstantFolding(), ConstantFolding(), DeadCodeElimination()])
+
+
+def test_large_results_get_fresh_unique_keys():
+    module = parse_with_constants((GOLDEN_DIR / "constant_folding.in.hlo").read_text())
+    while ConstantFolding().run(module):
+        pass
+    keys = [i.attrs["data"].text for i in module.entry.instructions
+            if i.opcode == "constant" and isinstance(i.attrs.get("data"), Quoted)]
+    assert len(keys) == len(set(keys))
+    assert "fc.weight.transpose" in keys and "fc.weight.transpose.convert.convert" in keys
+
+
+def test_large_broadcast_is_not_expanded():
+    module = parse_with_constants((GOLDEN_DIR / "constant_folding.in.hlo").read_text())
+    ConstantFolding().run(module)
+    big = next(i for i in module.entry.instructions if i.name == "big")
+    assert big.opcode == "broadcast"
