@@ -3,7 +3,7 @@
 Layout (every integer little-endian)::
 
     offset 0   magic        4 bytes  b"NEFF"
-           4   version      u16      FORMAT_VERSION
+           4   version      u16      FORMAT_VERSION (1)
            6   flags        u16      0 (no flag is defined yet; others are rejected)
            8   sections     u32      entries in the section table
           12   length       u64      total file length in bytes, checksum included
