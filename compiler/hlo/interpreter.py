@@ -1,0 +1,328 @@
+"""The reference interpreter: evaluates an HLO module with numpy, one function per opcode (``OPS``).
+
+Low-precision floats (bf16, f16, fp8) are computed in fp32 and rounded (nearest even) to the instruction's
+type, as the hardware does; ``dot`` and ``reduce`` accumulate in fp32. Transcendentals of the custom calls
+(gelu) are computed in float64. Values are numpy arrays, or Python tuples for tuple-shaped instructions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from compiler.errors import NeuroncError
+from compiler.hlo.ir import FLOAT_DTYPES, Computation, Instruction, Module, Quoted, numpy_dtype
+from compiler.hlo.shape_inference import parse_padding
+
+
+class EvaluationError(NeuroncError):
+    """The interpreter was given wrong inputs, or an instruction it cannot evaluate."""
+
+
+Value = np.ndarray | tuple
+Op = Callable[[Instruction, list[Any]], Value]
+
+_LOW_PRECISION = {numpy_dtype(d) for d in ("bf16", "f16", "f8e4m3fn", "f8e5m2")}
+_FLOATS = {numpy_dtype(d) for d in FLOAT_DTYPES}
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """The array in the type arithmetic is done in: fp32 for low-precision floats, else its own."""
+    return x.astype(np.float32) if x.dtype in _LOW_PRECISION else x
+
+
+def _accumulator(x: np.ndarray) -> np.dtype:
+    if x.dtype in _FLOATS:
+        return np.dtype(np.float64 if x.dtype == np.float64 else np.float32)
+    return np.dtype(np.bool_ if x.dtype == np.bool_ else np.int64)
+
+
+# ---- special functions ---------------------------------------------------------------------------------
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf in float64 (to ~1e-15): 2/sqrt(pi) e^(-x^2) sum_n 2^n x^(2n+1) / (2n+1)!!, all terms positive."""
+    x = np.asarray(x, np.float64)
+    a = np.minimum(np.abs(np.nan_to_num(x)), 6.0)  # erf(6) rounds to 1 in float64
+    a2 = a * a
+    term, total = a.copy(), a.copy()
+    n = 0
+    while np.any(term > 1e-17 * total):
+        n += 1
+        term = term * (2.0 * a2 / (2 * n + 1))
+        total += term
+    result = np.sign(x) * np.minimum(2.0 / math.sqrt(math.pi) * np.exp(-a2) * total, 1.0)
+    return np.where(np.isnan(x), np.nan, result)
+
+
+def gelu(x: np.ndarray) -> np.ndarray:
+    """GELU, exact: x/2 (1 + erf(x/sqrt 2))."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + erf(x / math.sqrt(2.0)))
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """GELU, tanh approximation (PyTorch's approximate="tanh")."""
+    x = np.asarray(x, np.float64)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+CUSTOM_CALLS: dict[str, Callable[[np.ndarray], np.ndarray]] = {"gelu": gelu, "gelu_tanh": gelu_tanh}
+
+
+# ---- elementwise -----------------------------------------------------------------------------------------
+
+
+def _logistic(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _round_afz(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
+
+
+def _not(x: np.ndarray) -> np.ndarray:
+    return np.logical_not(x) if x.dtype == np.bool_ else np.invert(x)
+
+
+UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "abs": np.abs, "negate": np.negative, "sign": np.sign, "not": _not, "copy": np.copy,
+    "exponential": np.exp, "log": np.log, "tanh": np.tanh, "logistic": _logistic, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": lambda x: erf(x).astype(x.dtype), "sine": np.sin,
+    "cosine": np.cos, "floor": np.floor, "ceil": np.ceil, "round-nearest-even": np.rint,
+    "round-nearest-afz": _round_afz,
+}
+
+
+def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if a.dtype.kind not in "iu":
+        return np.divide(a, b)
+    q = np.floor_divide(a, np.where(b == 0, 1, b))
+    q = q + ((q * b != a) & ((a < 0) != (b < 0)) & (b != 0))  # truncate toward zero, as C and XLA do
+    return np.where(b == 0, -1, q).astype(a.dtype)
+
+
+BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "remainder": np.fmod,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+}
+COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
+           "GE": np.greater_equal}
+
+
+def _unary_op(fn: Callable) -> Op:
+    return lambda inst, ops: fn(_wide(ops[0]))
+
+
+def _binary_op(fn: Callable) -> Op:
+    return lambda inst, ops: fn(_wide(ops[0]), _wide(ops[1]))
+
+
+def _compare(inst: Instruction, ops: list) -> np.ndarray:
+    return COMPARE[inst.attrs["direction"]](_wide(ops[0]), _wide(ops[1]))
+
+
+def _select(inst: Instruction, ops: list) -> np.ndarray:
+    return np.where(ops[0], ops[1], ops[2])
+
+
+def _clamp(inst: Instruction, ops: list) -> np.ndarray:
+    lo, x, hi = (_wide(o) for o in ops)
+    return np.minimum(np.maximum(x, lo), hi)
+
+
+def _convert(inst: Instruction, ops: list) -> np.ndarray:
+    x, target = ops[0], numpy_dtype(inst.shape.dtype)
+    if target == np.bool_:
+        return x != 0
+    if target.kind in "iu" and x.dtype in _FLOATS:  # truncate, saturate, NaN -> 0 (XLA's semantics)
+        info = np.iinfo(target)
+        wide = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
+        return np.clip(wide, info.min, info.max).astype(target)
+    return x.astype(target)
+
+
+# ---- data movement ---------------------------------------------------------------------------------------
+
+
+def _iota(inst: Instruction, ops: list) -> np.ndarray:
+    dims, axis = inst.shape.dims, inst.attrs["iota_dimension"]
+    view = [1] * len(dims)
+    view[axis] = dims[axis]
+    return np.broadcast_to(np.arange(dims[axis]).reshape(view), dims)
+
+
+def _broadcast(inst: Instruction, ops: list) -> np.ndarray:
+    x, mapping = ops[0], tuple(inst.attrs.get("dimensions", ()))
+    order = sorted(range(len(mapping)), key=lambda i: mapping[i])
+    view = [1] * inst.shape.rank
+    for i in order:
+        view[mapping[i]] = x.shape[i]
+    return np.broadcast_to(np.transpose(x, order).reshape(view), inst.shape.dims)
+
+
+def _slice(inst: Instruction, ops: list) -> np.ndarray:
+    return ops[0][tuple(slice(s, lim, st) for s, lim, st in inst.attrs["slice"].ranges)]
+
+
+def _pad(inst: Instruction, ops: list) -> np.ndarray:
+    x, value = ops
+    config = parse_padding(inst.attrs.get("padding"), x.ndim)
+    inner_dims = [n + max(n - 1, 0) * it for n, (_, _, it) in zip(x.shape, config, strict=True)]
+    inner = np.full(inner_dims, value, dtype=x.dtype)
+    inner[tuple(slice(None, None, it + 1) for _, _, it in config)] = x
+    grown = np.full([n + max(lo, 0) + max(hi, 0) for n, (lo, hi, _) in zip(inner_dims, config, strict=True)],
+                    value, dtype=x.dtype)
+    grown[tuple(slice(max(lo, 0), max(lo, 0) + n) for n, (lo, _, _) in zip(inner_dims, config, strict=True))] = inner
+    return grown[tuple(slice(-min(lo, 0), g + min(hi, 0)) for g, (lo, hi, _) in zip(grown.shape, config,
+                                                                                   strict=True))]
+
+
+def _dot(inst: Instruction, ops: list) -> np.ndarray:
+    a = inst.attrs
+    lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
+    lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
+    lhs, rhs = ops
+    acc = _accumulator(lhs)
+    lhs, rhs = lhs.astype(acc), rhs.astype(acc)
+    lf = [i for i in range(lhs.ndim) if i not in lb + lc]
+    rf = [i for i in range(rhs.ndim) if i not in rb + rc]
+    batch = [lhs.shape[i] for i in lb]
+    m, k, n = (math.prod(lhs.shape[i] for i in lf), math.prod(lhs.shape[i] for i in lc),
+               math.prod(rhs.shape[i] for i in rf))
+    left = lhs.transpose(lb + lf + lc).reshape(math.prod(batch), m, k)
+    right = rhs.transpose(rb + rc + rf).reshape(math.prod(batch), k, n)
+    out = np.matmul(left, right)
+    return out.reshape(batch + [lhs.shape[i] for i in lf] + [rhs.shape[i] for i in rf])
+
+
+# ---- reductions and calls --------------------------------------------------------------------------------
+
+_REDUCERS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
+             "and": np.bitwise_and, "or": np.bitwise_or}
+
+
+def reducer_ufunc(comp: Computation) -> np.ufunc | None:
+    """The numpy ufunc a reducer computation amounts to (``p0 op p1`` for a commutative op), else None."""
+    params, root = comp.parameters, comp.root
+    if len(params) != 2 or root is None or root.opcode not in _REDUCERS:
+        return None
+    return _REDUCERS[root.opcode] if {o.uid for o in root.operands} == {p.uid for p in params} and \
+        len(root.operands) == 2 else None
+
+
+def _reduce(inst: Instruction, ops: list) -> Value:
+    n = len(ops) // 2
+    axes = tuple(inst.attrs["dimensions"])
+    ufunc = reducer_ufunc(inst.attrs["to_apply"]) if n == 1 else None
+    if ufunc is not None:
+        x, init = ops
+        acc = _accumulator(x)
+        return ufunc.reduce(x.astype(acc), axis=axes, initial=init.astype(acc)[()])
+    return _fold(inst, ops[:n], ops[n:], axes)
+
+
+def _fold(inst: Instruction, inputs: list, inits: list, axes: tuple[int, ...]) -> Value:
+    """Any reducer: apply ``to_apply`` once per reduced position, vectorised over the kept positions."""
+    kept = [d for i, d in enumerate(inputs[0].shape) if i not in axes]
+    moved = [np.moveaxis(x, axes, range(x.ndim - len(axes), x.ndim)).reshape(kept + [-1]) for x in inputs]
+    acc: list[np.ndarray] = [np.broadcast_to(init, kept) for init in inits]
+    for r in range(moved[0].shape[-1]):
+        out = evaluate_computation(inst.attrs["to_apply"], acc + [m[..., r] for m in moved])
+        acc = list(out) if isinstance(out, tuple) else [out]
+    return acc[0] if len(acc) == 1 else tuple(acc)
+
+
+def _fusion(inst: Instruction, ops: list) -> Value:
+    return evaluate_computation(inst.attrs["calls"], ops)
+
+
+def _custom_call(inst: Instruction, ops: list) -> np.ndarray:
+    target = inst.attrs.get("custom_call_target")
+    name = target.text if isinstance(target, Quoted) else str(target)
+    if name not in CUSTOM_CALLS:
+        raise EvaluationError(f"{inst.where()}: no implementation of custom_call_target=\"{name}\" "
+                              f"(known: {', '.join(CUSTOM_CALLS)})")
+    return CUSTOM_CALLS[name](ops[0])
+
+
+def _constant(inst: Instruction, ops: list) -> np.ndarray:
+    if inst.literal is None:
+        raise EvaluationError(f"{inst.where()}: the constant has no data (was its side file loaded?)")
+    return inst.literal
+
+
+OPS: dict[str, Op] = {
+    "constant": _constant, "iota": _iota, "convert": _convert, "compare": _compare, "select": _select,
+    "clamp": _clamp, "broadcast": _broadcast,
+    "reshape": lambda inst, ops: ops[0].reshape(inst.shape.dims),
+    "transpose": lambda inst, ops: np.transpose(ops[0], inst.attrs["dimensions"]),
+    "slice": _slice,
+    "concatenate": lambda inst, ops: np.concatenate(ops, axis=inst.attrs["dimensions"][0]),
+    "pad": _pad, "reduce": _reduce, "dot": _dot, "fusion": _fusion, "custom-call": _custom_call,
+    "tuple": lambda inst, ops: tuple(ops),
+    "get-tuple-element": lambda inst, ops: ops[0][inst.attrs["index"]],
+    **{op: _unary_op(fn) for op, fn in UNARY.items()},
+    **{op: _binary_op(fn) for op, fn in BINARY.items()},
+}
+
+
+# ---- driver ----------------------------------------------------------------------------------------------
+
+
+def _in_type(value: Value, inst: Instruction) -> Value:
+    if isinstance(value, tuple):
+        return value
+    dtype = numpy_dtype(inst.shape.dtype)
+    return value if value.dtype == dtype else np.asarray(value).astype(dtype)
+
+
+def evaluate_computation(comp: Computation, args: Sequence[Value]) -> Value:
+    """The value of ``comp``'s ROOT with its parameters bound to ``args``."""
+    env: dict[int, Value] = {}
+    for inst in comp.post_order():
+        if inst.opcode == "parameter":
+            env[inst.uid] = args[inst.parameter_number]
+            continue
+        op = OPS.get(inst.opcode)
+        if op is None:
+            raise EvaluationError(f"computation %{comp.name}: {inst.where()}: the interpreter has no rule for "
+                                  f"'{inst.opcode}'")
+        env[inst.uid] = _in_type(op(inst, [env[o.uid] for o in inst.operands]), inst)
+    return env[comp.root.uid]
+
+
+def _input(arg: Any, param: Instruction) -> np.ndarray:
+    array = np.asarray(arg)
+    dtype = numpy_dtype(param.shape.dtype)
+    if tuple(array.shape) != param.shape.dims:
+        raise EvaluationError(f"parameter({param.parameter_number}) %{param.name} expects shape "
+                              f"{list(param.shape.dims)}, got {list(array.shape)}")
+    if array.dtype != dtype:
+        if not np.can_cast(array.dtype, dtype, "same_kind"):
+            raise EvaluationError(f"parameter({param.parameter_number}) %{param.name} expects "
+                                  f"{param.shape.dtype}, got {array.dtype}")
+        array = array.astype(dtype)
+    return array
+
+
+def _flatten(value: Value) -> list[np.ndarray]:
+    if isinstance(value, tuple):
+        return [a for v in value for a in _flatten(v)]
+    return [np.array(value)]
+
+
+def evaluate(module: Module, args: Sequence[Any]) -> list[np.ndarray]:
+    """Run the entry computation on ``args`` (one array per parameter, cast within its kind to the declared
+    type): the elements of a ROOT tuple, or [the ROOT array], as fresh arrays of the declared types."""
+    entry = module.entry
+    params = entry.parameters
+    if len(args) != len(params):
+        raise EvaluationError(f"%{entry.name} takes {len(params)} arguments, got {len(args)}")
+    inputs = [_input(a, p) for a, p in zip(args, params, strict=True)]
+    with np.errstate(all="ignore"):
+        return _flatten(evaluate_computation(entry, inputs))
