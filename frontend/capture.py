@@ -72,6 +72,9 @@ def model_name(model: Any, default: str = "model") -> str:
 
 
 def _first_lines(exc: BaseException, n: int = 3) -> str:
+    """The first lines of the innermost cause's message (wrappers repeat it with noise)."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
     lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
     return "\n".join(lines[:n]) or type(exc).__name__
 

@@ -73,6 +73,12 @@ def _dims_method(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = No
     return (x, dim, keepdim), {"dtype": dtype}
 
 
+def _var(x: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
+         correction: Any = None) -> tuple[tuple, dict]:
+    correction = correction if correction is not None else (1 if unbiased else 0)
+    return (x, dim), {"correction": correction, "keepdim": keepdim}
+
+
 def _layer_norm(x: Any, normalized_shape: Any, weight: Any = None, bias: Any = None,
                 eps: float = 1e-5) -> tuple[tuple, dict]:
     return (x, list(normalized_shape), weight, bias, eps), {}
@@ -98,6 +104,14 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     operator.truediv: ("aten.div.Tensor", _same),
     operator.neg: ("aten.neg.default", _same),
     operator.matmul: ("aten.matmul.default", _same),
+    operator.pow: ("aten.pow.Tensor_Scalar", _same),
+    operator.invert: ("aten.bitwise_not.default", _same),
+    operator.gt: ("aten.gt.Tensor", _same),
+    operator.ge: ("aten.ge.Tensor", _same),
+    operator.lt: ("aten.lt.Tensor", _same),
+    operator.le: ("aten.le.Tensor", _same),
+    operator.eq: ("aten.eq.Tensor", _same),
+    operator.ne: ("aten.ne.Tensor", _same),
     torch.add: ("aten.add.Tensor", _same),
     torch.sub: ("aten.sub.Tensor", _same),
     torch.mul: ("aten.mul.Tensor", _same),
@@ -124,6 +138,10 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     torch.where: ("aten.where.self", _same),
     torch.clamp: ("aten.clamp.default", _same),
     torch.unsqueeze: ("aten.unsqueeze.default", _same),
+    torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),
+    torch.abs: ("aten.abs.default", _first),
+    torch.log: ("aten.log.default", _first),
+    torch.pow: ("aten.pow.Tensor_Scalar", _same),
     F.relu: ("aten.relu.default", _first),
     F.gelu: ("aten.gelu.default", _gelu),
     F.silu: ("aten.silu.default", _first),
@@ -134,6 +152,11 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     F.log_softmax: ("aten.log_softmax.int", _softmax),
     F.layer_norm: ("aten.layer_norm.default", _layer_norm),
     F.dropout: ("aten.clone.default", _first),
+    F.leaky_relu: ("aten.leaky_relu.default", lambda x, negative_slope=0.01, inplace=False: ((x, negative_slope), {})),
+    F.elu: ("aten.elu.default", lambda x, alpha=1.0, inplace=False: ((x, alpha), {})),
+    F.relu6: ("aten.hardtanh.default", lambda x, inplace=False: ((x, 0.0, 6.0), {})),
+    F.hardtanh: ("aten.hardtanh.default",
+                 lambda x, min_val=-1.0, max_val=1.0, inplace=False: ((x, min_val, max_val), {})),
     F.scaled_dot_product_attention: ("aten.scaled_dot_product_attention.default", _same),
 }
 
@@ -166,6 +189,14 @@ METHODS: dict[str, tuple[str, Adapter]] = {
     "detach": ("aten.clone.default", _first),
     "sum": ("aten.sum.dim_IntList", _dims_method),
     "mean": ("aten.mean.dim", _dims_method),
+    "split": ("aten.split.Tensor", _same),
+    "masked_fill": ("aten.masked_fill.Scalar", _same),
+    "pow": ("aten.pow.Tensor_Scalar", _same),
+    "abs": ("aten.abs.default", _first),
+    "log": ("aten.log.default", _first),
+    "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
+    "amin": ("aten.amin.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
+    "var": ("aten.var.correction", _var),
     "to": ("aten._to_copy.default", _to),
     "float": ("aten._to_copy.default", _cast(torch.float32)),
     "half": ("aten._to_copy.default", _cast(torch.float16)),
@@ -233,6 +264,19 @@ def _label_short(node: fx.Node) -> str:
     return str(getattr(node.target, "__name__", node.target))
 
 
+def _tensor_attribute(node: fx.Node) -> Any:
+    """``x.T`` / ``x.mT`` (other tensor attributes that give a tensor are unsupported)."""
+    from .lowering import Call
+
+    x, attr = node.args
+    if attr == "T":
+        rank = x.meta["val"].dim()
+        return Call("aten.permute.default", (x, list(reversed(range(rank)))))
+    if attr == "mT":
+        return Call("aten.transpose.int", (x, -2, -1))
+    return f"Tensor.{attr}"
+
+
 def resolve(node: fx.Node, root: nn.Module) -> Any:
     """A ``lowering.Call`` for the node, or a label naming the unsupported operator."""
     from .lowering import Call
@@ -250,6 +294,8 @@ def resolve(node: fx.Node, root: nn.Module) -> Any:
 
         op, adapter = alias
         return Call(op, *adapter(mod, param, *node.args, **node.kwargs))
+    if node.op == "call_function" and node.target is getattr:
+        return _tensor_attribute(node)
     table: dict[Any, tuple[str, Adapter]] = METHODS if node.op == "call_method" else FUNCTIONS
     try:
         alias = table.get(node.target)

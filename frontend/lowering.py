@@ -43,6 +43,9 @@ def _build_table() -> dict[str, Rule]:
 
 LOWERINGS: dict[str, Rule] = _build_table()
 
+# Python-level operations that have no ATen op (fx capture only), called with their own arguments.
+PYTHON_RULES: dict[str, Rule] = {"operator.getitem": ops_shape.basic_index}
+
 
 def supported_operators() -> list[str]:
     """The ATen overloads with a lowering rule, sorted."""
@@ -132,7 +135,9 @@ def _is_python_value(node: fx.Node, cap: CapturedGraph) -> bool:
 def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
     """A Call, None for structural getitem, or a label naming an unsupported operator."""
     if node.op == "call_function" and node.target is operator.getitem:
-        return None
+        source = node.args[0]
+        is_tensor = isinstance(source, fx.Node) and isinstance(source.meta.get("val"), torch.Tensor)
+        return Call("operator.getitem", node.args) if is_tensor else None
     if cap.kind == "fx":
         return fx_aliases.resolve(node, cap.root)
     if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -150,7 +155,7 @@ def _check_supported(cap: CapturedGraph) -> dict[fx.Node, Call]:
             resolved = _resolve(node, cap)
         except LoweringError as e:
             raise LoweringError(f"{e} ({describe(node)})") from e
-        if isinstance(resolved, Call) and resolved.op in LOWERINGS:
+        if isinstance(resolved, Call) and (resolved.op in LOWERINGS or resolved.op in PYTHON_RULES):
             calls[node] = resolved
         elif resolved is not None:
             missing.setdefault(resolved.op if isinstance(resolved, Call) else resolved, []).append(node)
@@ -217,11 +222,11 @@ class _Lowering:
                     env[node] = val
             elif node.op == "get_attr" or _is_python_value(node, cap):
                 env[node] = node.meta.get("val")
+            elif node in self.calls:
+                env[node] = self._lower_call(node, self.calls[node])
             elif node.op == "call_function" and node.target is operator.getitem:
                 seq, index = fx.node.map_arg(node.args, env.__getitem__)
                 env[node] = seq[index]
-            elif node in self.calls:
-                env[node] = self._lower_call(node, self.calls[node])
             elif node.op != "output":
                 raise LoweringError(f"cannot lower {node.op} {describe(node)}")
         outputs = [self._value(out) for out in cap.outputs]
@@ -252,10 +257,14 @@ class _Lowering:
 
     def _lower_call(self, node: fx.Node, call: Call) -> Any:
         b = self.b
-        b.metadata = _metadata(node, call.op.rsplit(".", 1)[0])
+        aten = call.op in LOWERINGS
+        b.metadata = _metadata(node, call.op.rsplit(".", 1)[0] if aten else call.op)
         try:
-            args = bind(overload(call.op), self._value(call.args), self._value(call.kwargs))
-            result = LOWERINGS[call.op](b, *args)
+            args, kwargs = self._value(call.args), self._value(call.kwargs)
+            if aten:
+                result = LOWERINGS[call.op](b, *bind(overload(call.op), args, kwargs))
+            else:
+                result = PYTHON_RULES[call.op](b, *args, **kwargs)
             _check_result(node, result)
             return result
         except NeuroncError as e:

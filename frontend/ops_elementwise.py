@@ -122,6 +122,17 @@ def logical_not(b: HloBuilder, x: Instruction) -> Instruction:
     return b.unary("not", b.convert(x, "pred"))
 
 
+def bitwise_not(b: HloBuilder, x: Instruction) -> Instruction:
+    """HLO ``not`` is logical on pred and bitwise on integers, like torch's ``~``."""
+    require(not is_float(x.shape.dtype), "bitwise_not of a floating-point tensor")
+    return b.unary("not", x)
+
+
+def masked_fill(b: HloBuilder, x: Instruction, mask: Instruction, value: Value) -> Instruction:
+    """``select(mask, value, x)`` in x's dtype."""
+    return b.select(b.convert(mask, "pred"), operand(b, value, x.shape.dtype), x)
+
+
 def _logical(opcode: str):
     def rule(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
         return b.binary(opcode, b.convert(x, "pred"), b.convert(y, "pred"))
@@ -134,6 +145,13 @@ def to_copy(b: HloBuilder, x: Instruction, dtype: Any = None, layout: Any = None
             pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Instruction:
     """``_to_copy``: a ``convert`` when the dtype changes; layout/device/memory format do not matter."""
     return x if dtype is None else b.convert(x, hlo_dtype(dtype))
+
+
+def assert_tensor_metadata(b: HloBuilder, x: Instruction, size: Any = None, stride: Any = None,
+                           dtype: Any = None, device: Any = None, layout: Any = None) -> None:
+    """A check torch.export inserts around dtype conversions; nothing to emit."""
+    require(dtype is None or hlo_dtype(dtype) == x.shape.dtype, f"tensor is {x.shape.dtype}, expected {dtype}")
+    require(size is None or tuple(size) == x.shape.dims, f"tensor is {list(x.shape.dims)}, expected {size}")
 
 
 RULES = {
@@ -180,7 +198,11 @@ RULES = {
     "aten.ge.Scalar": _compare("GE"),
     "aten.where.self": where,
     "aten.logical_not.default": logical_not,
+    "aten.bitwise_not.default": bitwise_not,
+    "aten.masked_fill.Scalar": masked_fill,
+    "aten.masked_fill.Tensor": masked_fill,
     "aten.logical_and.default": _logical("and"),
     "aten.logical_or.default": _logical("or"),
     "aten._to_copy.default": to_copy,
+    "aten._assert_tensor_metadata.default": assert_tensor_metadata,
 }

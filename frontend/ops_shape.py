@@ -103,6 +103,27 @@ def select(b: HloBuilder, x: Instruction, dim: int, index: int) -> Instruction:
     return b.reshape(sliced, [s for k, s in enumerate(x.shape.dims) if k != d])
 
 
+def basic_index(b: HloBuilder, x: Instruction, index: Any) -> Instruction:
+    """Python indexing ``x[index]`` with ints, slices, None and one Ellipsis (fx capture)."""
+    items = index if isinstance(index, tuple) else (index,)
+    require(all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items),
+            "only basic indexing (ints, slices, None, ...) is supported")
+    n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
+    require(n_real <= x.shape.rank, f"too many indices for a tensor of rank {x.shape.rank}")
+    fill = (slice(None),) * (x.shape.rank - n_real)
+    k = next((n for n, i in enumerate(items) if i is Ellipsis), len(items))
+    items = items[:k] + fill + items[k + 1:]
+    out, dim = x, 0
+    for item in items:
+        if item is None:
+            out, dim = unsqueeze(b, out, dim), dim + 1
+        elif isinstance(item, int):
+            out = select(b, out, dim, item)
+        else:
+            out, dim = slice_(b, out, dim, item.start, item.stop, item.step or 1), dim + 1
+    return out
+
+
 def split_with_sizes(b: HloBuilder, x: Instruction, sizes: Sequence[int], dim: int = 0) -> list[Instruction]:
     d = norm_dim(dim, x.shape.rank)
     require(sum(sizes) == x.shape.dims[d], f"split sizes {list(sizes)} do not add up to {x.shape.dims[d]}")
@@ -113,7 +134,10 @@ def split_with_sizes(b: HloBuilder, x: Instruction, sizes: Sequence[int], dim: i
     return out
 
 
-def split(b: HloBuilder, x: Instruction, split_size: int, dim: int = 0) -> list[Instruction]:
+def split(b: HloBuilder, x: Instruction, split_size: int | Sequence[int], dim: int = 0) -> list[Instruction]:
+    """Chunks of ``split_size`` (the last one shorter), or of the given sizes when it is a list."""
+    if not isinstance(split_size, int):
+        return split_with_sizes(b, x, split_size, dim)
     n = x.shape.dims[norm_dim(dim, x.shape.rank)]
     sizes = [min(split_size, n - s) for s in range(0, n, split_size)] or [0]
     return split_with_sizes(b, x, sizes, dim)
