@@ -189,11 +189,7 @@ def test_dumps_are_numbered_parse_back_and_compile_alone(tmp_path):
     assert names[-1].endswith(".after_fusion.hlo")
     assert (tmp_path / "module_0000.mlp.constants.npz").exists()
     for name in names:
-        text = (tmp_path / name).read_text()
-        again = load_hlo_file(tmp_path / name)
-        assert print_module(again) == text.replace(text.split(", entry_computation_layout")[0],
-                                                   text.split(", entry_computation_layout")[0]
-                                                   .split(", neuronc_constants")[0], 1), name
+        assert print_module(load_hlo_file(tmp_path / name)) == (tmp_path / name).read_text(), name
     # a dump is a complete input: the first one, compiled again, gives the final module's text
     again = load_hlo_file(tmp_path / names[0])
     build_pipeline(2, PipelineOptions(auto_cast="matmult")).run(again)
