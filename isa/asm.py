@@ -210,9 +210,10 @@ def save_asm_file(program: Program, path: str | os.PathLike) -> None:
 def read_constants(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Arrays of a constants side file, by tensor name. Raises ValueError or OSError."""
     constants: dict[str, np.ndarray] = {}
-    with np.load(path, allow_pickle=False) as npz:
-        if not isinstance(npz, np.lib.npyio.NpzFile):
-            raise ValueError("not an .npz archive")
+    npz = np.load(path, allow_pickle=False)
+    if not isinstance(npz, np.lib.npyio.NpzFile):
+        raise ValueError("not an .npz archive")
+    with npz:
         for key in npz.files:
             name, sep, dtype_name = key.rpartition(CONSTANTS_KEY_SEP)
             if not sep or dtype_name not in DTYPES:
@@ -320,7 +321,10 @@ class _Assembler:
             statement = next((c for c in line.children if isinstance(c, Tree)), None)
             if statement is not None:
                 comment = next((c for c in line.children if isinstance(c, Token)), None)
-                getattr(self, "_" + statement.data)(statement, comment)
+                if statement.data == "instruction":
+                    self._instruction(statement, comment)
+                else:
+                    getattr(self, "_" + statement.data)(statement)
         if self.target is None:
             self._fail("missing .target directive", None)
         inputs, outputs = self._io_order("input"), self._io_order("output")
@@ -328,15 +332,18 @@ class _Assembler:
                        inputs, outputs, self.meta, self.constants_file)
 
     # -- errors
-    def _fail(self, message: str, where: Token | Tree | None) -> NoReturn:
-        """Raise AsmError at ``where`` (a token, or a tree's first token)."""
+    def _error(self, message: str, where: Token | Tree | None) -> AsmError:
+        """AsmError at ``where`` (a token, or a tree's first token), prefixed with the source name."""
         while isinstance(where, Tree):
             where = where.children[0]
         line, column = (where.line, where.column) if where is not None else (None, None)
         error = AsmError(message, line, column)
         if self.source is not None:
             error.args = (f"{self.source}:{error.args[0]}",)
-        raise error
+        return error
+
+    def _fail(self, message: str, where: Token | Tree | None) -> NoReturn:
+        raise self._error(message, where)
 
     def _syntax_error(self, e: UnexpectedInput, text: str) -> AsmError:
         if isinstance(e, UnexpectedToken) and e.token.type in ("_NL", "$END"):
@@ -346,20 +353,17 @@ class _Assembler:
             found = repr(_WORD_RE.match(text, position).group() or text[position])
         expected = e.accepts or e.expected if isinstance(e, UnexpectedToken) else e.allowed
         described = sorted({_describe_terminal(name) for name in expected or ()})
-        try:
-            self._fail(f"syntax error at {found}; expected {' or '.join(described)}",
-                       Token("", "", line=e.line, column=e.column))
-        except AsmError as error:
-            return error
+        return self._error(f"syntax error at {found}; expected {' or '.join(described)}",
+                           Token("", "", line=e.line, column=e.column))
 
     # -- directives
-    def _target_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _target_dir(self, tree: Tree) -> None:
         token = tree.children[0]
         if self.target is not None:
             self._fail("duplicate .target directive", token)
         self.target = self._string(token) if token.type == "STRING" else str(token)
 
-    def _constants_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _constants_dir(self, tree: Tree) -> None:
         token = tree.children[0]
         if self.constants_file is not None:
             self._fail("duplicate .constants directive", token)
@@ -371,7 +375,7 @@ class _Assembler:
                 reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
                 self._fail(f"cannot read constants file {self.constants_file!r}: {reason}", token)
 
-    def _tensor_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _tensor_dir(self, tree: Tree) -> None:
         name_tok, kind_tok, dtype_tok, shape = tree.children
         name = str(name_tok)
         if name in self.tensors:
@@ -383,7 +387,7 @@ class _Assembler:
         self.tensors[name] = TensorDecl(name, str(kind_tok), self._dtype(dtype_tok), dims)
         self.tensor_tokens[name] = name_tok
 
-    def _meta_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _meta_dir(self, tree: Tree) -> None:
         key, value = tree.children
         if key in self.meta:
             self._fail(f"duplicate .meta key {str(key)!r}", key)
@@ -396,10 +400,10 @@ class _Assembler:
         else:
             self._fail(f"meta value must be a number or a quoted string, got {str(value)!r}", value)
 
-    def _inputs_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _inputs_dir(self, tree: Tree) -> None:
         self._order_dir("input", tree)
 
-    def _outputs_dir(self, tree: Tree, _comment: Token | None) -> None:
+    def _outputs_dir(self, tree: Tree) -> None:
         self._order_dir("output", tree)
 
     def _order_dir(self, kind: str, tree: Tree) -> None:

@@ -298,7 +298,7 @@ def test_missing_target() -> None:
         parse_program("pe.nop\n")
 
 
-def _bf16_program() -> Program:
+def constants_program() -> Program:
     program = Program("trn1")
     program.add_tensor("x", "input", "bf16", (2, 3))
     program.add_tensor("w.0", "const", "bf16", (2, 3))
@@ -317,7 +317,7 @@ def _bf16_program() -> Program:
 
 
 def test_constants_side_file_round_trip(tmp_path) -> None:
-    program = _bf16_program()
+    program = constants_program()
     save_asm_file(program, tmp_path / "prog.s")
     text = (tmp_path / "prog.s").read_text()
     assert '.constants "prog.constants.npz"\n' in text
@@ -333,7 +333,7 @@ def test_constants_side_file_round_trip(tmp_path) -> None:
 
 
 def test_constants_mapping_is_checked_against_declarations(tmp_path) -> None:
-    program = _bf16_program()
+    program = constants_program()
     text = print_program(program)
     wrong = {**program.constants, "w.0": program.constants["w.0"].astype(np.float32)}
     with pytest.raises(AsmError, match=r"^4:9: constant 'w.0': data is f32\[2, 3\] but the tensor is "
@@ -355,6 +355,9 @@ def test_constants_file_errors(tmp_path) -> None:
     np.savez(tmp_path / "bad.npz", w=np.zeros(2))
     with pytest.raises(ValueError, match="entry 'w' is not NAME::DTYPE"):
         read_constants(tmp_path / "bad.npz")
+    np.save(tmp_path / "plain.npy", np.zeros(2))
+    with pytest.raises(ValueError, match="not an .npz archive"):
+        read_constants(tmp_path / "plain.npy")
     (tmp_path / "b.s").write_text('.target trn1\n.constants "bad.npz"\n')
     with pytest.raises(AsmError, match="2:12: cannot read constants file 'bad.npz': entry 'w'"):
         load_asm_file(tmp_path / "b.s")

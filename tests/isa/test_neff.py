@@ -19,7 +19,7 @@ from isa.asm import parse_program, print_program
 from isa.errors import NeffError, ProgramError
 from isa.instructions import AttrSpec, OpcodeSpec, OperandSpec
 from isa.program import AccessPattern, Instruction, Program
-from tests.isa.test_asm import _bf16_program, assert_same_program, every_opcode_program, programs
+from tests.isa.test_asm import assert_same_program, constants_program, every_opcode_program, programs
 
 
 def _full_program() -> Program:
@@ -28,7 +28,7 @@ def _full_program() -> Program:
     program.add_tensor("s", "const", "fp8e5", (4,))
     program.add_tensor("i", "const", "i32", ())
     program.constants = {"w.0": (np.arange(64).reshape(8, 8) * 0.37).astype(ml_dtypes.bfloat16),
-                         "s": _bf16_program().constants["s"], "i": np.array(-7, np.int32)}
+                         "s": constants_program().constants["s"], "i": np.array(-7, np.int32)}
     return program
 
 
@@ -190,7 +190,7 @@ def test_encode_rejects_what_it_cannot_hold() -> None:
     with pytest.raises(ProgramError, match="unknown opcode 'teleport'"):
         neff.encode(Program("trn1", instructions=[Instruction("pe", "teleport")]))
     with pytest.raises(ProgramError, match="constant 'w.0': data is f32"):
-        neff.encode(replace(_bf16_program(), constants={"w.0": np.zeros((2, 3), np.float32)}))
+        neff.encode(replace(constants_program(), constants={"w.0": np.zeros((2, 3), np.float32)}))
     with pytest.raises(ProgramError, match=r"^instruction 0 \(pe.nop\): a value is out of the range of its "
                                            "binary field"):
         neff.encode(Program("trn1", instructions=[Instruction("pe", "nop", signals=[-1])]))
