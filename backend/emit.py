@@ -1,0 +1,185 @@
+"""The program builder: HBM tensors, constants, and instructions in program (dependency-safe) order.
+
+Kernels call the typed helpers here (`dma`, `activation`, `tensor_tensor`, `matmul`...). Instructions
+are appended without semaphores; `schedule.py` later orders each engine's stream and adds the waits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from backend.alloc import Allocator, Tile
+from backend.costs import CostModel
+from backend.layout import Buffer, View, itemsize
+from backend.options import BackendOptions
+from isa.dtypes import dtype as isa_dtype
+from isa.program import AccessPattern, Instruction, Program
+from isa.target import Target
+
+PARTITION_GROUPS = (128, 64, 32)  # partition counts a DMA chunk may have (start-partition rule)
+
+
+class ProgramBuilder:
+    def __init__(self, target: Target, options: BackendOptions):
+        self.target = target
+        self.options = options
+        self.program = Program(target=target.name)
+        self.ops: list[Instruction] = []
+        self.alloc = Allocator(target, lambda: len(self.ops))
+        self.costs = CostModel(target)
+        self.engine_load: dict[str, float] = {e: 0.0 for e in ("pe", "act", "dve", "pool", "sp")}
+        self._n_const = 0
+        self._n_scratch = 0
+        self._identity: dict[str, Tile] = {}
+        self.useful_macs = 0
+
+    # -- HBM tensors ------------------------------------------------------------------------------------------
+    def input_tensor(self, index: int, dtype: str, shape: tuple[int, ...]) -> View:
+        name = f"in{index}"
+        self.program.add_tensor(name, "input", dtype, shape)
+        return View.of(Buffer(dtype, int(np.prod(shape, dtype=np.int64)), name), tuple(shape))
+
+    def output_tensor(self, index: int, dtype: str, shape: tuple[int, ...]) -> View:
+        name = f"out{index}"
+        self.program.add_tensor(name, "output", dtype, shape)
+        return View.of(Buffer(dtype, int(np.prod(shape, dtype=np.int64)), name), tuple(shape))
+
+    def scratch(self, dtype: str, dims: tuple[int, ...], order: tuple[int, ...] | None = None) -> View:
+        """A fresh HBM scratch tensor holding `dims`, stored with axes in `order` (major to minor)."""
+        order = tuple(range(len(dims))) if order is None else order
+        physical = tuple(dims[a] for a in order)
+        name = f"s{self._n_scratch}"
+        self._n_scratch += 1
+        self.program.add_tensor(name, "scratch", dtype, physical)
+        return View.of(Buffer(dtype, int(np.prod(physical, dtype=np.int64)), name), tuple(dims), order)
+
+    @staticmethod
+    def const_view(array: np.ndarray, dtype: str) -> View:
+        """An unplaced constant (placed in the program only if a kernel reads it)."""
+        data = np.ascontiguousarray(array).astype(isa_dtype(dtype).numpy, copy=False)
+        return View.of(Buffer(dtype, data.size, None, data), tuple(data.shape))
+
+    def place(self, view: View) -> View:
+        """Make sure the constant behind `view` is a program tensor; returns the view."""
+        buf = view.buffer
+        if buf.name is None:
+            assert buf.data is not None
+            buf.name = f"c{self._n_const}"
+            self._n_const += 1
+            data = buf.data if buf.data.ndim else buf.data.reshape(1)
+            self.program.add_tensor(buf.name, "const", buf.dtype, tuple(data.shape))
+            self.program.constants[buf.name] = data
+        return view
+
+    def new_const(self, array: np.ndarray, dtype: str) -> View:
+        return self.place(self.const_view(array, dtype))
+
+    # -- instructions -----------------------------------------------------------------------------------------
+    def emit(self, engine: str, opcode: str, comment: str = "", attrs: dict | None = None,
+             **operands: AccessPattern | None) -> Instruction:
+        inst = Instruction(engine, opcode, {k: v for k, v in operands.items() if v is not None},
+                           dict(attrs or {}), comment=comment)
+        self.ops.append(inst)
+        if engine != "sp":
+            self.engine_load[engine] += self.costs.duration(inst)
+        return inst
+
+    def pick_engine(self, engines: tuple[str, ...]) -> str:
+        """The least loaded (by estimated busy time so far) of `engines`."""
+        return min(engines, key=lambda e: self.engine_load[e])
+
+    def activation(self, dst: AccessPattern, src: AccessPattern, func: str = "identity", *,
+                   bias: AccessPattern | None = None, scale: float = 1.0,
+                   scale_vec: AccessPattern | None = None, comment: str = "") -> Instruction:
+        attrs: dict = {"func": func}
+        if scale != 1.0:
+            attrs["scale"] = float(scale)
+        return self.emit("act", "activation", comment, attrs, dst=dst, src=src, bias=bias, scale_vec=scale_vec)
+
+    def tensor_tensor(self, dst: AccessPattern, a: AccessPattern, b: AccessPattern, op: str,
+                      comment: str = "") -> Instruction:
+        engine = "dve" if "psum" in (dst.memory, a.memory, b.memory) else self.pick_engine(("dve", "pool"))
+        return self.emit(engine, "tensor_tensor", comment, {"op": op}, dst=dst, a=a, b=b)
+
+    def tensor_scalar(self, dst: AccessPattern, src: AccessPattern, op: str, scalar: float,
+                      comment: str = "") -> Instruction:
+        engine = "dve" if "psum" in (dst.memory, src.memory) else self.pick_engine(("dve", "pool"))
+        return self.emit(engine, "tensor_scalar", comment, {"op": op, "scalar": float(scalar)}, dst=dst, src=src)
+
+    def copy(self, dst: AccessPattern, src: AccessPattern, comment: str = "",
+             engines: tuple[str, ...] = ("act", "dve")) -> Instruction:
+        """dst = src with dtype conversion, on the least loaded allowed engine."""
+        if "psum" in (dst.memory, src.memory):
+            engines = tuple(e for e in engines if e != "pool")
+        engine = self.pick_engine(engines)
+        if engine == "act":
+            return self.activation(dst, src, "copy", comment=comment)
+        return self.emit(engine, "tensor_copy", comment, dst=dst, src=src)
+
+    def load_stationary(self, src: AccessPattern, comment: str = "") -> Instruction:
+        return self.emit("pe", "load_stationary", comment, src=src)
+
+    def multiply_moving(self, dst: AccessPattern, src: AccessPattern, acc: bool, comment: str = "") -> Instruction:
+        return self.emit("pe", "multiply_moving", comment, {"acc": int(acc)}, dst=dst, src=src)
+
+    # -- DMA --------------------------------------------------------------------------------------------------
+    def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "") -> None:
+        """Copy src to dst, split into several transfers (spread over queues) when large."""
+        assert dst.partitions == src.partitions and dst.free_size == src.free_size, (dst, src)
+        limit = self.options.dma_split_bytes
+        per_partition = dst.free_size * dst.itemsize
+        group = dst.partitions
+        if dst.nbytes > limit and dst.partitions > 32:
+            want = max(1, limit // max(1, per_partition))
+            group = next((g for g in PARTITION_GROUPS if g <= want), 32)
+        for p0 in range(0, dst.partitions, group):
+            pn = min(group, dst.partitions - p0)
+            d, s = _sub_partitions(dst, p0, pn), _sub_partitions(src, p0, pn)
+            pieces = self._free_pieces(d, s, limit)
+            for i0, n in pieces:
+                dd, ss = (d, s) if len(pieces) == 1 else (_sub_outer(d, i0, n), _sub_outer(s, i0, n))
+                self.emit("sp", "dma", comment, dst=dd, src=ss)
+
+    def _free_pieces(self, dst: AccessPattern, src: AccessPattern, limit: int) -> list[tuple[int, int]]:
+        """Split of the outermost free dim (same count on both sides) into pieces of about `limit` bytes,
+        keeping at least 2 KiB contiguous per partition."""
+        count = dst.pattern[0][1]
+        if dst.nbytes <= limit or count < 2 or src.pattern[0][1] != count:
+            return [(0, count)]
+        inner_bytes = dst.nbytes // count // dst.partitions
+        min_piece = max(1, -(-2048 // max(1, inner_bytes)))
+        k = min(-(-dst.nbytes // limit), count // min_piece)
+        if k < 2:
+            return [(0, count)]
+        step = -(-count // k)
+        return [(i, min(step, count - i)) for i in range(0, count, step)]
+
+    # -- identity for PE transposes ---------------------------------------------------------------------------
+    def identity(self, dtype: str) -> Tile:
+        """A persistent [128, 128] identity matrix in `dtype`, built on chip with iota + is_equal."""
+        if dtype not in self._identity:
+            n = self.target.partitions
+            ramp = self.alloc.persistent(f"iota_{dtype}", n * 4)
+            tile = self.alloc.persistent(f"identity_{dtype}", n * itemsize(dtype))
+            self.emit("pool", "iota", f"identity {dtype}: i - p", {"base": 0, "channel_multiplier": -1},
+                      dst=ramp.flat("f32", n, n))
+            self.emit("pool", "tensor_scalar", f"identity {dtype}: (i - p) == 0",
+                      {"op": "is_equal", "scalar": 0.0}, dst=tile.flat(dtype, n, n), src=ramp.flat("f32", n, n))
+            self._identity[dtype] = tile
+        return self._identity[dtype]
+
+
+def _sub_partitions(ap: AccessPattern, p0: int, pn: int) -> AccessPattern:
+    if p0 == 0 and pn == ap.partitions:
+        return ap
+    if ap.memory == "hbm":
+        return replace(ap, offset=ap.offset + p0 * ap.partition_stride * ap.itemsize, partitions=pn,
+                       partition_stride=ap.partition_stride if pn > 1 else 0)
+    return replace(ap, start_partition=ap.start_partition + p0, partitions=pn)
+
+
+def _sub_outer(ap: AccessPattern, i0: int, n: int) -> AccessPattern:
+    stride, _ = ap.pattern[0]
+    return replace(ap, offset=ap.offset + i0 * stride * ap.itemsize, pattern=((stride, n), *ap.pattern[1:]))

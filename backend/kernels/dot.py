@@ -1,0 +1,217 @@
+"""Dot kernels: a (batched) matmul on PE with an elementwise epilogue fused on the way out of PSUM.
+
+PE computes psum[P, F] = stationary[K, P]^T @ moving[K, F]. For out[M, N] = lhs[M, K] @ rhs[K, N]:
+- orientation B (row-major output): stationary = lhs^T tiles [K, M<=128], moving = rhs [K, N<=512],
+  psum = out tile [M, N]; a bias along N lies along the free dim (DVE add of a broadcast row).
+- orientation A (feature-major output, out^T in HBM): stationary = rhs [K, N<=128], moving = lhs^T
+  [K, M<=512], psum = out^T tile [N, M]; a bias along N is per partition, so bias + activation is a
+  single ACT instruction from PSUM.
+The orientation follows the output view: the free dim of psum is the output axis with unit stride, so
+every store is contiguous. Loop nest per batch: P-blocks of 128 (stationary: all K-tiles of the block
+in SBUF) x groups of `group_banks` moving tiles (one PSUM bank each) x K-tiles: each load_stationary is
+reused by every moving tile of the group; K accumulates in PSUM (acc=0 on the first K-tile). The
+moving operand stays resident in SBUF for the whole kernel when it fits, else it is streamed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from backend.alloc import PoolSpec
+from backend.emit import ProgramBuilder
+from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
+from backend.kernels.leaves import LeafLoader
+from backend.kernels.operands import KOperand
+from backend.layout import View, itemsize
+from compiler.errors import CompilationError
+from compiler.hlo.ir import Instruction as HloInstruction
+
+
+@dataclass
+class DotPlan:
+    """A dot after normalization: lhs (batch..., M, K), rhs (batch..., K, N), out (batch..., M, N).
+
+    `epilogue` is an expression over the accumulator ("acc" node) and leaves with out's dims.
+    """
+
+    name: str
+    where: str
+    lhs: View
+    rhs: View
+    out: View
+    epilogue: Node
+    compute: str
+
+    @property
+    def batch_dims(self) -> tuple[int, ...]:
+        return self.out.dims[:-2]
+
+    @property
+    def macs(self) -> int:
+        m, k = self.lhs.dims[-2:]
+        n = self.rhs.dims[-1]
+        batches = 1
+        for d in self.batch_dims:
+            batches *= d
+        return m * n * k * batches
+
+
+def _merge_groups(views: list[View], groups: list[tuple[int, int]]) -> list[View] | None:
+    """Merge, in every view, each (start, count) group of consecutive axes into one axis (count 0: a new
+    size-1 axis). Groups are given left to right in the coordinates before any merge."""
+    shift = 0
+    for start, count in groups:
+        start -= shift
+        if count == 0:
+            views = [v.insert_axis(start) for v in views]
+            shift -= 1
+            continue
+        for _ in range(count - 1):
+            merged = [v.merge_axes(start) for v in views]
+            if any(m is None for m in merged):
+                return None
+            views = [m for m in merged if m is not None]
+        shift += count - 1
+    return views
+
+
+def compute_dtype(lhs: View, rhs: View, where: str) -> str:
+    """PE input dtype: bf16/f16 when both operands are (auto-cast), else f32."""
+    kinds = {lhs.dtype, rhs.dtype}
+    if kinds - {"f32", "bf16", "f16"}:
+        raise CompilationError(f"{where}: dot of {'/'.join(sorted(kinds))} operands is not supported")
+    return kinds.pop() if len(kinds) == 1 else "f32"
+
+
+def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node) -> DotPlan:
+    """Normalize an HLO dot to (batch..., M, K) x (batch..., K, N) -> (batch..., M, N).
+
+    Several free or contracting dims are merged into one when the strides allow it; `out` and the
+    epilogue's leaves (views with the dot's output dims) are merged the same way.
+    """
+    where = inst.where()
+    attrs = inst.attrs
+    lb, rb = tuple(attrs.get("lhs_batch_dims", ())), tuple(attrs.get("rhs_batch_dims", ()))
+    lc, rc = tuple(attrs.get("lhs_contracting_dims", ())), tuple(attrs.get("rhs_contracting_dims", ()))
+    if len(lb) != len(rb) or len(lc) != len(rc):
+        raise CompilationError(f"{where}: dot with mismatched batch/contracting dimensions")
+    lf = tuple(d for d in range(lhs.rank) if d not in lb + lc)
+    rf = tuple(d for d in range(rhs.rank) if d not in rb + rc)
+    nb = len(lb)
+    lhs_n = _merge_groups([lhs.transpose(lb + lf + lc)], [(nb, len(lf)), (nb + len(lf), len(lc))])
+    rhs_n = _merge_groups([rhs.transpose(rb + rc + rf)], [(nb, len(rc)), (nb + len(rc), len(rf))])
+    leaves = [n for n in walk(epilogue) if n.op == "leaf"]
+    outs = _merge_groups([out] + [n.view for n in leaves if n.view is not None],
+                         [(nb, len(lf)), (nb + len(lf), len(rf))])
+    if lhs_n is None or rhs_n is None or outs is None:
+        raise CompilationError(f"{where}: dot whose free or contracting dimensions cannot be merged "
+                               f"into one (lhs {lhs.dims}, rhs {rhs.dims})")
+    epilogue = substitute_leaves(epilogue, {id(n): v for n, v in zip(leaves, outs[1:], strict=True)})
+    return DotPlan(name, where, lhs_n[0], rhs_n[0], outs[0], epilogue,
+                   compute_dtype(lhs, rhs, where))
+
+
+def arrange_const(builder: ProgramBuilder, view: View, compute: str) -> View:
+    """Store a constant operand (batch..., K, C) densely in that order and in the compute dtype."""
+    arr = view.const_array()
+    return builder.new_const(arr, compute)
+
+
+def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
+    nb = len(plan.batch_dims)
+    m_axis, n_axis = nb, nb + 1
+    s_m, s_n = plan.out.strides[m_axis], plan.out.strides[n_axis]
+    feature_major = s_n != 1 and s_m == 1 and plan.out.dims[n_axis] > 1
+    # operand roles as [K, C] views (C = the operand's free axis)
+    lhs_t = plan.lhs.transpose(tuple(range(nb)) + (nb + 1, nb))  # (batch..., K, M)
+    stat_full, mov_full = (plan.rhs, lhs_t) if feature_major else (lhs_t, plan.rhs)
+    if stat_full.is_const:
+        stat_full = arrange_const(builder, stat_full, plan.compute)
+    if mov_full.is_const:
+        mov_full = arrange_const(builder, mov_full, plan.compute)
+    p_axis, f_axis = (n_axis, m_axis) if feature_major else (m_axis, n_axis)
+    K = plan.lhs.dims[-1]
+    P, F = plan.out.dims[p_axis], plan.out.dims[f_axis]
+    opts, parts = builder.options, builder.target.partitions
+    mt = min(opts.moving_tile, builder.target.data["pe"]["max_n"], F)
+    pmax = min(parts, P, builder.target.data["pe"]["max_m"])
+    nk = -(-K // parts)
+    f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
+    group = max(1, min(opts.group_banks, opts.psum_acc_banks // 2 or 1))
+    groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
+    csz = itemsize(plan.compute)
+
+    index0 = (0,) * nb
+    stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat")
+    mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov")
+    loader = LeafLoader(builder, plan.epilogue, p_axis, f_axis, plan.name)
+    n_temps = temps_needed(plan.epilogue)
+    common = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
+              PoolSpec("temps", "sbuf", mt * 4, 2 * n_temps),
+              PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype), opts.output_buffers),
+              PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers)]
+    common += stat0.specs(pmax) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
+    resident_bytes = nk * F * csz
+    resident_specs = common + [PoolSpec("mov", "sbuf", resident_bytes, 1)] + mov0.specs(F)
+    resident = resident_bytes <= opts.moving_resident_bytes and builder.alloc.fits(resident_specs)
+    if resident:
+        specs = resident_specs
+    else:
+        gcols = min(F, group * mt)
+        specs = common + [PoolSpec("mov", "sbuf", nk * gcols * csz, opts.moving_buffers)] + mov0.specs(gcols)
+    psum_banks = sum(s.bufs for s in specs if s.memory == "psum")
+    if psum_banks > builder.alloc.banks:
+        raise CompilationError(f"{plan.where}: needs {psum_banks} PSUM banks; lower psum_acc_banks")
+    pools = builder.alloc.begin_kernel(plan.name, specs, plan.where)
+    loader.bind(pools)
+    builder.useful_macs += plan.macs
+
+    for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+        fixed = dict(enumerate(index))
+        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat")
+        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov")
+        stat.bind(pools)
+        mov.bind(pools)
+        tag = f"{plan.name}{list(index) if index else ''}"
+        mov_tile = None
+        if resident:
+            mov_tile = pools["mov"].next()
+            mov.load(mov_tile, 0, F, F)
+        for p0 in range(0, P, pmax):
+            pw = min(pmax, P - p0)
+            stat_tile = pools["stat"].next()
+            stat.load(stat_tile, p0, pw, pmax)
+            for grp in groups:
+                g0 = grp[0][0]
+                gcols = grp[-1][0] + grp[-1][1] - g0
+                if resident:
+                    base, mcols = 0, F
+                else:
+                    mov_tile = pools["mov"].next()
+                    mov.load(mov_tile, g0, gcols, gcols)
+                    base, mcols = g0, gcols
+                assert mov_tile is not None
+                accs = [pools["acc"].next() for _ in grp]
+                for kt in range(nk):
+                    kp = mov.k_rows(kt)
+                    builder.load_stationary(stat_tile.flat(plan.compute, kp, pw, kt * pmax),
+                                            f"{tag} p{p0} k{kt}")
+                    for (f0, fw), acc in zip(grp, accs, strict=True):
+                        builder.multiply_moving(acc.flat("f32", pw, fw),
+                                                mov_tile.flat(plan.compute, kp, fw, kt * mcols + f0 - base),
+                                                acc=kt > 0, comment=f"{tag} p{p0} f{f0} k{kt}")
+                for (f0, fw), acc in zip(grp, accs, strict=True):
+                    label = f"{tag} p{p0} f{f0}"
+                    operands = loader.load(fixed, p0, pw, f0, fw)
+                    dst = pools["out"].next().flat(plan.out.dtype, pw, fw)
+                    TileEvaluator(builder, pools["temps"], pw, fw, operands, acc=acc.flat("f32", pw, fw),
+                                  label=label).run(plan.epilogue, dst)
+                    builder.dma(plan.out.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst, f"{label} store")
+    builder.alloc.end_kernel()
+
+
+def _index(view: View, index: tuple[int, ...]) -> View:
+    for i in index:
+        view = view.index(0, i)
+    return view

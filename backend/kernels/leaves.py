@@ -1,0 +1,105 @@
+"""Loading the HBM operands (leaves) of an elementwise expression, tile by tile, with caching.
+
+How a leaf is read depends on its strides along the tile's partition axis (p) and free axis (f):
+- "pvec":   stride 0 along f (e.g. a bias along the partition axis): a [P, 1] vector, loaded once per
+            partition block and used as ACT's per-partition bias/scale.
+- "fbcast": stride 0 along p (e.g. a bias along the free axis): one DMA with partition_stride 0
+            broadcasts the row to every partition; cached per free range, so reused across blocks.
+- "tensor": anything else: one DMA per tile.
+"""
+
+from __future__ import annotations
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.emit import ProgramBuilder
+from backend.kernels.expr import Node, Operand, PVec, Tensor, walk
+from backend.layout import itemsize
+
+TENSOR_BUFFERS = 3
+
+
+class LeafLoader:
+    def __init__(self, builder: ProgramBuilder, root: Node, p_axis: int | None, f_axis: int, label: str):
+        self.builder = builder
+        self.p_axis = p_axis
+        self.f_axis = f_axis
+        self.label = label
+        self.leaves = [n for n in walk(root) if n.op == "leaf"]
+        self.modes = {id(n): self._mode(n) for n in self.leaves}
+        self.pools: dict[int, Pool] = {}
+        self._cache: dict[tuple, Tile] = {}
+        self._owner: dict[int, tuple] = {}
+        self.pmax = 1
+
+    def _mode(self, node: Node) -> str:
+        view = node.view
+        assert view is not None
+        if view.strides[self.f_axis] == 0 or view.dims[self.f_axis] == 1:
+            return "pvec"
+        if self.p_axis is None or view.strides[self.p_axis] == 0:
+            return "fbcast"
+        return "tensor"
+
+    def specs(self, pmax: int, fmax: int, f_tiles: int, budget: int) -> list[PoolSpec]:
+        """Pools for all leaves: tiles of up to [pmax, fmax]; `f_tiles` free ranges per partition block.
+        Broadcast rows stay resident across partition blocks when they fit in `budget` bytes."""
+        self.pmax = pmax
+        specs = []
+        for i, node in enumerate(self.leaves):
+            isz = itemsize(node.dtype)
+            mode = self.modes[id(node)]
+            if mode == "pvec":
+                specs.append(PoolSpec(f"leaf{i}_vec", "sbuf", isz, 2))
+            elif mode == "fbcast":
+                bufs = f_tiles + 1 if (f_tiles + 1) * fmax * isz <= budget else 2
+                specs.append(PoolSpec(f"leaf{i}_row", "sbuf", fmax * isz, bufs))
+            else:
+                specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", fmax * isz, TENSOR_BUFFERS))
+        return specs
+
+    def bind(self, pools: dict[str, Pool]) -> None:
+        for i, node in enumerate(self.leaves):
+            name = next(n for n in pools if n.startswith(f"leaf{i}_"))
+            self.pools[id(node)] = pools[name]
+
+    def load(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int) -> dict[int, Operand]:
+        """Operands of every leaf for the tile [p0:p0+pw, f0:f0+fw] (other axes pinned by `fixed`)."""
+        result: dict[int, Operand] = {}
+        for node in self.leaves:
+            mode = self.modes[id(node)]
+            view = node.view
+            assert view is not None
+            self.builder.place(view)
+            fkey = tuple(sorted(fixed.items()))
+            if mode == "pvec":
+                key = (id(node), fkey, p0, pw)
+                tile = self._cached(node, key, lambda t, v=view: self._dma(
+                    t.flat(v.dtype, pw, 1), v.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, 0, 1)], fixed)))
+                result[id(node)] = PVec(tile.flat(view.dtype, pw, 1))
+            elif mode == "fbcast":
+                key = (id(node), fkey, f0, fw)
+                pn = self.pmax
+                tile = self._cached(node, key, lambda t, v=view, pn=pn: self._dma(
+                    t.flat(v.dtype, pn, fw), v.hbm_ap(self.p_axis, 0, pn, [(self.f_axis, f0, fw)], fixed)))
+                result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
+            else:
+                tile = self.pools[id(node)].next()
+                ap = tile.flat(view.dtype, pw, fw)
+                self._dma(ap, view.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], fixed))
+                result[id(node)] = Tensor(ap)
+        return result
+
+    def _cached(self, node: Node, key: tuple, fill) -> Tile:
+        tile = self._cache.get(key)
+        if tile is None:
+            tile = self.pools[id(node)].next()
+            old = self._owner.pop(id(tile), None)
+            if old is not None:
+                del self._cache[old]
+            self._cache[key] = tile
+            self._owner[id(tile)] = key
+            fill(tile)
+        return tile
+
+    def _dma(self, dst, src) -> None:
+        self.builder.dma(dst, src, f"{self.label} load")

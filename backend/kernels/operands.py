@@ -1,0 +1,130 @@
+"""Matmul operands: bringing a [K, C] view into SBUF with K (the contraction) on partitions.
+
+The SBUF image of columns [c0, c0 + cn) is one buffer of [128 partitions x nK * cols] where K-tile kt
+(rows kt*128 ...) occupies free elements [kt * cols, kt * cols + cn). How it gets there depends on the
+view's strides (method chosen once per operand):
+- "direct":    C is contiguous in HBM: one DMA per K-tile (rows of K on partitions).
+- "cast":      as direct, into a staging tile of the stored dtype, then a converting copy (auto-cast).
+- "transpose": K is contiguous (e.g. the model input x[M, K] as lhs): DMA row blocks [C-rows, K],
+               cast if needed, then PE transposes each 128x128 block against an identity matrix
+               (psum = block^T) and ACT/DVE copy PSUM -> SBUF, four blocks per PSUM bank.
+- "strided":   small operands, or neither axis contiguous: an element-wise strided DMA.
+Constants never reach these paths strided: the planner stores them pre-arranged as [K, C] in the
+compute dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.emit import ProgramBuilder
+from backend.layout import View, itemsize
+
+PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
+
+
+class KOperand:
+    """One matmul operand as a [K, C] view (already indexed to one batch)."""
+
+    def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str):
+        assert view.rank == 2
+        self.b = builder
+        self.view = view
+        self.compute = compute
+        self.role = role
+        self.K, self.C = view.dims
+        self.parts = builder.target.partitions
+        self.nk = -(-self.K // self.parts)
+        s_k, s_c = view.strides
+        casting = view.stored_dtype != compute
+        if s_c == 1 or self.C == 1:
+            self.method = "cast" if casting else "direct"
+        elif (s_k == 1 or self.K == 1) and self.K * self.C > builder.options.strided_dma_max_elements:
+            self.method = "transpose"
+        else:
+            self.method = "strided_cast" if casting else "strided"
+        self.chunk = min(self.K, builder.options.transpose_chunk)
+        self.pools: dict[str, Pool] = {}
+
+    def specs(self, cols: int) -> list[PoolSpec]:
+        """Staging pools this operand needs to load up to `cols` columns at a time."""
+        stored = itemsize(self.view.stored_dtype)
+        r = self.role
+        if self.method in ("cast", "strided_cast"):
+            return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
+        if self.method == "transpose":
+            specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, 2),
+                     PoolSpec(f"{r}_tpsum", "psum", 0, self.b.options.psum_transpose_banks)]
+            if self.view.stored_dtype != self.compute:
+                specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), 2))
+            return specs
+        return []
+
+    def bind(self, pools: dict[str, Pool]) -> None:
+        self.pools = {k[len(self.role) + 1:]: v for k, v in pools.items() if k.startswith(self.role + "_")}
+
+    def k_rows(self, kt: int) -> int:
+        return min(self.parts, self.K - kt * self.parts)
+
+    # -- loading --------------------------------------------------------------------------------------------
+    def load(self, dst: Tile, c0: int, cn: int, cols: int) -> None:
+        """Emit the loads of columns [c0, c0+cn) of every K-tile into `dst` (K-tile stride `cols`)."""
+        self.b.place(self.view)
+        if self.method == "transpose":
+            self._load_transposed(dst, c0, cn, cols)
+            return
+        for kt in range(self.nk):
+            kp = self.k_rows(kt)
+            target = dst.flat(self.compute, kp, cn, kt * cols)
+            src = self.view.hbm_ap(0, kt * self.parts, kp, [(1, c0, cn)])
+            label = f"{self.role} k{kt} c{c0}"
+            if self.method in ("direct", "strided"):
+                self.b.dma(target, src, f"{label} load")
+            else:
+                stage = self.pools["stage"].next().flat(self.view.stored_dtype, kp, cn)
+                self.b.dma(stage, src, f"{label} load")
+                self.b.copy(target, stage, f"{label} cast", engines=("act", "dve", "pool"))
+
+    def _load_transposed(self, dst: Tile, c0: int, cn: int, cols: int) -> None:
+        b, parts = self.b, self.parts
+        ident = b.identity(self.compute)
+        stored = self.view.stored_dtype
+        for cb in range(c0, c0 + cn, parts):
+            cw = min(parts, c0 + cn - cb)
+            for k0 in range(0, self.K, self.chunk):
+                kw = min(self.chunk, self.K - k0)
+                label = f"{self.role} c{cb} k{k0}"
+                rows = self.pools["rows"].next().flat(stored, cw, kw)
+                # rows of C on partitions, K contiguous along the free dim
+                b.dma(rows, self.view.hbm_ap(1, cb, cw, [(0, k0, kw)]), f"{label} load rows")
+                if stored != self.compute:
+                    conv = self.pools["rows_c"].next().flat(self.compute, cw, kw)
+                    b.copy(conv, rows, f"{label} cast rows", engines=("act", "dve", "pool"))
+                    rows = conv
+                blocks = [(k0 + j, min(parts, kw - j)) for j in range(0, kw, parts)]
+                self._transpose_blocks(rows, blocks, k0, cw, ident, dst, cb - c0, cols, label)
+
+    def _transpose_blocks(self, rows, blocks, k0, cw, ident: Tile, dst: Tile, col, cols, label) -> None:
+        """PE-transpose [cw, kbw] blocks of `rows` into K-tiles of `dst`, 4 blocks per PSUM bank."""
+        b, parts = self.b, self.parts
+        per_bank = b.target.psum_bank_bytes // (PSUM_SLOT * 4)
+        groups: list[list[tuple[int, int]]] = []
+        for blk in blocks:  # group blocks of equal width, at most per_bank per group
+            if groups and len(groups[-1]) < per_bank and groups[-1][0][1] == blk[1]:
+                groups[-1].append(blk)
+            else:
+                groups.append([blk])
+        for group in groups:
+            bank = self.pools["tpsum"].next()
+            kbw = group[0][1]
+            for slot, (kstart, _) in enumerate(group):
+                src = replace(rows, offset=rows.offset + (kstart - k0) * rows.itemsize, pattern=((1, kbw),))
+                b.load_stationary(src, f"{label} transpose k{kstart}")
+                b.multiply_moving(bank.ap("f32", kbw, [(1, cw)], slot * PSUM_SLOT),
+                                  ident.flat(self.compute, cw, cw), acc=False, comment=f"{label} transpose")
+            kt0 = group[0][0] // parts
+            n = len(group)
+            target = dst.ap(self.compute, kbw, [(cols, n), (1, cw)], kt0 * cols + col)
+            source = bank.ap("f32", kbw, [(PSUM_SLOT, n), (1, cw)])
+            b.copy(target, source, f"{label} transpose evacuate")

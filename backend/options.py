@@ -1,0 +1,37 @@
+"""Tunable knobs of the backend: tile sizes, buffer counts and budgets a researcher may change."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BackendOptions:
+    """Timing-critical choices of the backend.
+
+    PE figures (128 partitions, 128-wide stationary, 512-wide moving, 2 KiB PSUM banks) come from the
+    target; these are the policies layered on top of them.
+    """
+
+    # -- dot kernels ------------------------------------------------------------------------------------
+    moving_tile: int = 512  # free size of one multiply_moving (<= target pe.max_n)
+    group_banks: int = 4  # PSUM banks accumulated together under one load_stationary
+    psum_acc_banks: int = 6  # PSUM banks in the rotating accumulator pool
+    psum_transpose_banks: int = 2  # PSUM banks for PE transposes (4 blocks of 128x128 fp32 per bank)
+    stationary_buffers: int = 2  # rotating buffers for the stationary operand of one P-block
+    moving_buffers: int = 2  # rotating buffers when the moving operand is streamed
+    moving_resident_bytes: int = 96 * 1024  # per partition: keep the moving operand resident below this
+    transpose_chunk: int = 2048  # columns of a row block loaded per DMA before PE transposes
+    strided_dma_max_elements: int = 4096  # below this, read K-minor operands with an element-wise DMA
+    output_buffers: int = 4  # rotating SBUF tiles for the results of an epilogue
+
+    # -- elementwise kernels ----------------------------------------------------------------------------
+    elementwise_free: int = 2048  # max free elements per partition of one elementwise tile
+    elementwise_budget_bytes: int = 96 * 1024  # per partition for one elementwise kernel's tiles
+
+    # -- DMA --------------------------------------------------------------------------------------------
+    dma_split_bytes: int = 64 * 1024  # split transfers larger than this across queues
+    dma_queues: int = 16
+
+    # -- scheduling -------------------------------------------------------------------------------------
+    list_schedule: bool = True  # reorder each engine stream by estimated ready time (else program order)
