@@ -104,7 +104,7 @@ def scaled_dot_product_attention(b: HloBuilder, q: Instruction, k: Instruction, 
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Instruction:
     """``softmax(q @ k^T * scale + mask) @ v`` with k contracted on its last dim (no transpose)."""
-    require(dropout_p == 0.0, f"dropout_p={dropout_p} is not supported (export the model in eval mode)")
+    require(dropout_p == 0.0, f"dropout_p={dropout_p} is not supported (inference only)")
     require(not enable_gqa, "enable_gqa=True is not supported")
     require(q.shape.rank >= 2 and q.shape.rank == k.shape.rank == v.shape.rank,
             "q, k and v must have the same rank (>= 2)")

@@ -11,9 +11,9 @@ import torch
 from torch import nn
 
 import frontend
+from compiler.hlo.interpreter import evaluate
 from compiler.hlo.ir import Module
 from tests.conftest import assert_close
-from tests.frontend.hlo_eval import evaluate
 
 THIS_FILE = os.path.abspath(__file__)
 ACTS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid,

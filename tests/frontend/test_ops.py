@@ -13,10 +13,10 @@ import torch.nn.functional as F
 from torch import nn
 
 import frontend
+from compiler.hlo.interpreter import evaluate
 from compiler.hlo.ir import Module
 from frontend.capture import KEEP_WHOLE, capture_export
 from tests.conftest import assert_close
-from tests.frontend.hlo_eval import evaluate
 
 THIS_FILE = os.path.abspath(__file__)
 
