@@ -125,6 +125,7 @@ class PassPipeline:
         self.options = options or PipelineOptions()
         self.runs: list[PassRun] = []
         self.decision_lines: list[str] = []
+        self.notes: list[str] = []  # e.g. a fixed point that did not converge
         self.total_seconds = 0.0
         known = self.pass_names() | set(also_known)
         unknown = [n for n in self.options.disabled_passes if n not in known]
@@ -159,6 +160,7 @@ class PassPipeline:
 
         self.runs.clear()
         self.decision_lines.clear()
+        self.notes.clear()
         if self.options.dump_dir is not None:
             self._dumper = HloDumper(self.options.dump_dir, module.name)
             self._dumper.dump(module, "before_optimizations")
@@ -190,6 +192,9 @@ class PassPipeline:
             if not self._run_list(module, group.passes, group.name, iteration):
                 break
             changed = True
+        else:
+            self.notes.append(f"fixed point {group.name} stopped after max_iterations={group.max_iterations} "
+                              "while its passes were still changing the module")
         return changed
 
     def _run_one(self, module: Module, p: HloPass, group: str | None, iteration: int) -> bool:
@@ -260,6 +265,7 @@ class PassPipeline:
             if i == len(rows):  # separator before the total
                 lines.append("-" * (sum(widths) + 8))
             lines.append("  ".join([r[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(r[1:], widths[1:])]))
+        lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 

@@ -250,6 +250,7 @@ class FusionPass(HloPass):
             clones[m.uid] = Instruction(name, m.opcode, m.shape, new_operands, dict(m.attrs), literal=m.literal,
                                         metadata=dict(m.metadata))
             body.append(clones[m.uid])
+        body.sort(key=lambda i: i.opcode != "constant")  # stable: constants first, as canonicalize orders them
         fused = Computation(module.unique_name("fused_computation"), list(params.values()) + body,
                             clones[group.root.uid])
         module.add_computation(fused)

@@ -52,6 +52,15 @@ def insert_before(comp: Computation, anchor: Instruction, new: Instruction) -> I
     return new
 
 
+def insert_constant(comp: Computation, constant: Instruction) -> Instruction:
+    """Place a new constant after the leading parameters and constants (the canonical position)."""
+    n = 0
+    while n < len(comp.instructions) and comp.instructions[n].opcode in ("parameter", "constant"):
+        n += 1
+    comp.instructions.insert(n, constant)
+    return constant
+
+
 def replace_instruction(comp: Computation, old: Instruction, new: Instruction) -> None:
     """Redirect every use of ``old`` (and ROOT) to ``new``, then remove ``old`` (XLA's ReplaceInstruction)."""
     comp.replace_all_uses(old, new)

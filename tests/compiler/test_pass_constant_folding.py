@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from compiler.hlo.ir import Quoted
+from compiler.hlo.parser import parse_module
 from compiler.passes.constant_folding import ConstantFolding
 from compiler.passes.dce import DeadCodeElimination
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
@@ -27,3 +30,18 @@ def test_large_broadcast_is_not_expanded():
     ConstantFolding().run(module)
     big = next(i for i in module.entry.instructions if i.name == "big")
     assert big.opcode == "broadcast"
+
+
+def test_only_ops_with_known_semantics_are_folded():
+    module = parse_module("""HloModule m
+ENTRY %main () -> (f32[2], f32[2]) {
+  %c = f32[2]{0} constant({-1, 1})
+  %g = f32[2]{0} custom-call(f32[2]{0} %c), custom_call_target="gelu"
+  %u = f32[2]{0} custom-call(f32[2]{0} %c), custom_call_target="my_kernel"
+  ROOT %out = (f32[2]{0}, f32[2]{0}) tuple(f32[2]{0} %g, f32[2]{0} %u)
+}
+""")
+    assert ConstantFolding().run(module)
+    g, u = module.entry.root.operands
+    assert g.opcode == "constant" and u.opcode == "custom-call"
+    np.testing.assert_allclose(g.literal, [-0.15865526, 0.8413447], rtol=1e-6)

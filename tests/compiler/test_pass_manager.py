@@ -162,8 +162,20 @@ def test_fixed_point_runs_until_nothing_changes():
 
 def test_fixed_point_stops_at_max_iterations():
     forever = Counting("forever", 100)
-    PassPipeline("p", [FixedPoint("fix", [forever], max_iterations=3)]).run(mlp())
+    pipeline = PassPipeline("p", [FixedPoint("fix", [forever], max_iterations=3)])
+    pipeline.run(mlp())
     assert forever.calls == 3
+    assert "note: fixed point fix stopped after max_iterations=3" in pipeline.timing_report()
+
+
+@pytest.mark.parametrize("auto_cast", ["none", "matmult", "all"])
+def test_optimized_module_is_a_fixed_point_of_its_pipeline(auto_cast):
+    # so that compiling a final dump again (neuronc compile dump.hlo) gives the same HLO
+    module = mlp()
+    build_pipeline(2, PipelineOptions(auto_cast=auto_cast)).run(module)
+    text = print_module(module)
+    assert not build_pipeline(2, PipelineOptions(auto_cast=auto_cast)).run(module)
+    assert print_module(module) == text
 
 
 def test_timing_report_lists_every_pass():
