@@ -21,10 +21,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from compiler.errors import CompilationError, NeuroncError, VerificationError
 from compiler.hlo.ir import Module
+
+if TYPE_CHECKING:
+    from compiler.dump import HloDumper
 
 AutoCast = Literal["none", "matmult", "all"]
 AutoCastType = Literal["bf16", "fp8_e4m3"]
@@ -132,9 +135,9 @@ class PassPipeline:
         if unknown:
             raise PassOptionError(
                 f"--disable-pass: unknown pass name(s) {', '.join(unknown)}; "
-                f"the {name} pipeline has: {', '.join(sorted(known))}")
+                f"known passes: {', '.join(sorted(known))}")
         self._dump_re = re.compile(self.options.dump_pass_re) if self.options.dump_pass_re else None
-        self._dumper = None
+        self._dumper: HloDumper | None = None
 
     # -- introspection -------------------------------------------------------------------------------------
     def pass_names(self) -> set[str]:
@@ -161,12 +164,13 @@ class PassPipeline:
         self.runs.clear()
         self.decision_lines.clear()
         self.notes.clear()
+        start = time.perf_counter()
+        self._dumper = None
         if self.options.dump_dir is not None:
             self._dumper = HloDumper(self.options.dump_dir, module.name)
             self._dumper.dump(module, "before_optimizations")
         if self.options.verify_each:
             self._verify(module, "before the first pass")
-        start = time.perf_counter()
         try:
             changed = self._run_list(module, self.passes, group=None, iteration=0)
         finally:
@@ -209,10 +213,10 @@ class PassPipeline:
         self.runs.append(PassRun(p.name, group, iteration, time.perf_counter() - start, changed))
         if isinstance(p, RecordsDecisions):
             self.decision_lines.extend(p.decision_lines())
+        if self._dumper is not None and self._should_dump(p.name, changed):
+            self._dumper.dump(module, f"after_{p.name}")  # before verifying, so a broken module is on disk
         if self.options.verify_each:
             self._verify(module, f"after pass {p.name}")
-        if self._dumper is not None and self._should_dump(p.name, changed):
-            self._dumper.dump(module, f"after_{p.name}")
         return changed
 
     def _should_dump(self, pass_name: str, changed: bool) -> bool:
@@ -235,7 +239,7 @@ class PassPipeline:
         rows: list[tuple[str, str, str, str, str]] = []
         total = self.total_seconds or sum(r.seconds for r in self.runs) or 1e-12
 
-        def add_rows(items: Sequence[PassLike], indent: str) -> None:
+        def add_rows(items: Sequence[PassLike], indent: str, group: str | None) -> None:
             for p in items:
                 label = indent + p.name
                 if self.is_disabled(p):
@@ -246,14 +250,14 @@ class PassPipeline:
                     secs = sum(r.seconds for r in self.runs if r.group == p.name)
                     rows.append((label + f" (fixed point, {len(iters)} iter)", "", "",
                                  f"{secs * 1e3:.3f}", f"{100 * secs / total:.1f}%"))
-                    add_rows(p.passes, indent + "  ")
+                    add_rows(p.passes, indent + "  ", p.name)
                     continue
-                mine = [r for r in self.runs if r.name == p.name]
+                mine = [r for r in self.runs if r.name == p.name and r.group == group]
                 secs = sum(r.seconds for r in mine)
                 rows.append((label, str(len(mine)), str(sum(r.changed for r in mine)),
                              f"{secs * 1e3:.3f}", f"{100 * secs / total:.1f}%"))
 
-        add_rows(self.passes, "")
+        add_rows(self.passes, "", None)
         overhead = max(self.total_seconds - sum(r.seconds for r in self.runs), 0.0)
         rows.append(("(verification, dumps)", "", "", f"{overhead * 1e3:.3f}", f"{100 * overhead / total:.1f}%"))
         header = ("pass", "runs", "changed", "time (ms)", "share")

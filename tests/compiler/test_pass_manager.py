@@ -129,11 +129,14 @@ def test_passes_of_other_levels_may_be_disabled():
     assert pipeline.run(mlp())
 
 
-def test_verify_each_names_the_pass_that_broke_the_module():
-    pipeline = PassPipeline("p", [Counting("fine", 1), BreakRoot(), Counting("later")],
-                            PipelineOptions(verify_each=True))
+def test_verify_each_names_the_pass_that_broke_the_module(tmp_path):
+    later = Counting("later")
+    pipeline = PassPipeline("p", [Counting("fine", 1), BreakRoot(), later],
+                            PipelineOptions(verify_each=True, dump_dir=tmp_path))
     with pytest.raises(VerificationError, match=r"^after pass break_root: .*%out"):
         pipeline.run(mlp())
+    assert later.calls == 0
+    assert _dumps(tmp_path)[-1] == "module_0000.mlp.0002.after_break_root.hlo"  # the broken module, to inspect
 
 
 def test_without_verify_each_a_broken_module_passes_through():
