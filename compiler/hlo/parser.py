@@ -25,7 +25,8 @@ DERIVED_HEADER_ATTRS = frozenset({"entry_computation_layout"})  # recomputed by 
 # Grammar terminals in plain words, for error messages.
 _WORDS = {
     "NAME": "a name", "INT": "an integer", "LAYOUT": "a layout such as {1,0}", "SCALAR": "a number",
-    "STRING": "a quoted string", "BARE": "an attribute value", "CHUNK": "text", "ENTRY": "'ENTRY'",
+    "STRING": "a quoted string", "BARE": "an attribute value", "FLAT_BRACED": "a {...} value", "CHUNK": "text",
+    "ENTRY": "'ENTRY'",
     "ROOT": "'ROOT'", "CONSTANT": "'constant'", "PARAMETER": "'parameter'", "ARROW": "'->'",
     "ELLIPSIS": "'...'", "LPAR": "'('", "RPAR": "')'", "LBRACE": "'{'", "RBRACE": "'}'", "LSQB": "'['",
     "RSQB": "']'", "COMMA": "','", "EQUAL": "'='", "COLON": "':'", "HLOMODULE": "'HloModule'",
@@ -185,6 +186,10 @@ class _ToRecords(Transformer):
     @v_args(inline=True)
     def quoted_value(self, token: Token) -> Quoted:
         return Quoted(unquote(str(token)))
+
+    @v_args(inline=True)
+    def flat_braced_value(self, token: Token) -> _Raw:
+        return _Raw(str(token), token)
 
     @v_args(inline=True)
     def bare_value(self, token: Token) -> Token:
@@ -431,12 +436,6 @@ def coerce_constant(data: Any, shape: Shape) -> np.ndarray:
     return array
 
 
-def _describe(token: Token) -> str:
-    if token.type == "$END":
-        return "the end of the text"
-    return f"'{token}'"
-
-
 def _expected(names: set[str] | None) -> str:
     words = sorted({_WORDS.get(n, n.lower()) for n in names or ()})
     if not words:
@@ -448,9 +447,10 @@ def _expected(names: set[str] | None) -> str:
 
 def _syntax_error(exc: UnexpectedInput, source: str | None) -> HloParseError:
     if isinstance(exc, UnexpectedToken):
-        msg = f"syntax error: unexpected {_describe(exc.token)}{_expected(exc.expected)}"
         if exc.token.type == "$END":
+            msg = f"syntax error: the text ends too early{_expected(exc.expected)}"
             return HloParseError(msg, exc.line if exc.line > 0 else None, exc.column, source)
+        msg = f"syntax error: unexpected '{exc.token}'{_expected(exc.expected)}"
         return HloParseError(msg, exc.line, exc.column, source)
     if isinstance(exc, UnexpectedCharacters):
         msg = f"syntax error: unexpected character '{exc.char}'{_expected(exc.allowed)}"

@@ -7,12 +7,15 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from compiler.errors import HloParseError
 from compiler.hlo.io import load_hlo_file, save_hlo_file
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec
+from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, numpy_dtype
 from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import format_literal, print_module
+from compiler.hlo.printer import format_literal, format_shape, print_module
 
 DATA = Path(__file__).parent / "data"
 
@@ -187,7 +190,7 @@ def test_xla_variants_parse():
     ("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  %y = f32[2] add(%x %x)\n}\n", "4:22",
      ["'%x'", "','", "')'"]),
     ("HloModule m\nENTRY %e {\n  %x = f32[2 parameter(0)\n}\n", "3:14", ["'parameter'", "']'"]),
-    ("HloModule m\nENTRY %e {\n  %x = f32[2]{0} parameter(0)\n", None, ["end of the text"]),
+    ("HloModule m\nENTRY %e {\n  %x = f32[2]{0} parameter(0)\n", "3:29", ["the text ends too early", "'}'"]),
     ("HloModule m\nENTRY %e {\n  %x = f33[2] parameter(0)\n}\n", "3:8", ["unknown element type 'f33'"]),
     ("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[2] add(%x, %z)\n}\n", "4:28",
      ["undefined operand %z"]),
@@ -213,3 +216,20 @@ def test_parse_errors_name_position_and_token(text, where, words):
         assert message.startswith(f"t.hlo:{where}: "), message
     for word in words:
         assert word in message, message
+
+
+@settings(max_examples=60, deadline=None)
+@given(data=st.data(), dtype=st.sampled_from(["f32", "bf16", "f16", "f64", "f8e4m3fn", "s8", "s32", "u8", "pred"]))
+def test_inline_literals_round_trip_bit_exactly(data, dtype):
+    np_dtype = numpy_dtype(dtype)
+    dims = data.draw(hnp.array_shapes(min_dims=0, max_dims=3, min_side=0, max_side=3))
+    storage = np.dtype(f"u{np_dtype.itemsize}") if np_dtype.kind == "V" else np_dtype
+    array = data.draw(hnp.arrays(storage, dims)).view(np_dtype)
+    shape = Shape.array(dtype, dims)
+    text = f"HloModule m\nENTRY %e {{\n  ROOT %c = {format_shape(shape)} constant({format_literal(array)})\n}}\n"
+    back = parse_module(text).entry.root.literal
+    assert back.dtype == np_dtype and back.shape == array.shape
+    same = back.view(storage) == array.view(storage)
+    if np_dtype.kind in "fV":  # any NaN reads back as a NaN, not necessarily with the same payload
+        same |= np.isnan(back.astype(np.float64)) & np.isnan(array.astype(np.float64))
+    assert same.all()
