@@ -6,7 +6,7 @@ Attribute values (``Instruction.attrs``) are typed so the printer and parser agr
   str              -> a bare token           e.g. direction=GT, kind=kOutput
   Quoted           -> a quoted string        e.g. custom_call_target="..."
   Computation      -> ``%name``              e.g. to_apply, calls
-  SliceSpec        -> ``{[0:3:1], [0:5:1]}``
+  SliceSpec        -> ``{[0:3], [0:5:2]}`` (the stride is printed only when it is not 1)
 Called computations are referenced by attribute (``calls``, ``to_apply``), never inlined.
 """
 
