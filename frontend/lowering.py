@@ -127,9 +127,23 @@ def _has_tensor(value: Any) -> bool:
     return any(found)
 
 
+_SIZE_METHODS = ("size", "dim", "numel")
+_SIZE_ATTRIBUTES = ("shape", "ndim", "dtype")
+
+
 def _is_python_value(node: fx.Node, cap: CapturedGraph) -> bool:
-    """fx capture: nodes computing sizes and other non-tensor values are evaluated by ShapeProp."""
-    return cap.kind == "fx" and "val" in node.meta and not _has_tensor(node.meta["val"])
+    """fx capture: a size computation (x.size(0), x.shape[1] * 2...) that ShapeProp evaluated.
+
+    Shapes are static, so such values are constants. A non-tensor computed from tensor *data*
+    (``x.max().item()``) is not: it stays an operator to lower (and is reported as unsupported).
+    """
+    if cap.kind != "fx" or "val" not in node.meta or _has_tensor(node.meta["val"]):
+        return False
+    if node.op == "call_method" and node.target in _SIZE_METHODS:
+        return True
+    if node.op == "call_function" and node.target is getattr and node.args[1] in _SIZE_ATTRIBUTES:
+        return True
+    return all(_is_python_value(n, cap) for n in node.all_input_nodes)
 
 
 def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
@@ -170,9 +184,8 @@ def _check_supported(cap: CapturedGraph) -> dict[fx.Node, Call]:
 
 
 # ---- the walk -----------------------------------------------------------------------------------
-def _check_result(node: fx.Node, value: Any) -> None:
-    """Compare what a rule produced with the shape and dtype torch recorded for the node."""
-    expected = node.meta.get("val")
+def _check_result(expected: Any, value: Any) -> None:
+    """Compare what a rule produced with the shapes and dtypes torch recorded (``meta["val"]``)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(value, Instruction):
             raise LoweringError(f"internal: rule returned {type(value).__name__} for a tensor")
@@ -181,14 +194,10 @@ def _check_result(node: fx.Node, value: Any) -> None:
             raise LoweringError(f"internal: rule produced {value.shape.dtype}{list(value.shape.dims)}, "
                                 f"torch says {want.dtype}{list(want.dims)}")
     elif isinstance(expected, (tuple, list)) and isinstance(value, (tuple, list)):
+        if len(expected) != len(value):
+            raise LoweringError(f"internal: rule produced {len(value)} results, torch says {len(expected)}")
         for e, v in zip(expected, value):
-            if isinstance(e, torch.Tensor):
-                _check_result(_Fake(e), v)
-
-
-class _Fake:
-    def __init__(self, val: Any):
-        self.meta = {"val": val}
+            _check_result(e, v)
 
 
 def lower_graph(cap: CapturedGraph) -> Module:
@@ -265,7 +274,7 @@ class _Lowering:
                 result = LOWERINGS[call.op](b, *bind(overload(call.op), args, kwargs))
             else:
                 result = PYTHON_RULES[call.op](b, *args, **kwargs)
-            _check_result(node, result)
+            _check_result(node.meta.get("val"), result)
             return result
         except NeuroncError as e:
             raise LoweringError(f"{call.op} ({describe(node)}): {e}") from e

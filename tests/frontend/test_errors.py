@@ -44,6 +44,11 @@ class Branchy(nn.Module):
         return x
 
 
+class DataDependent(nn.Module):
+    def forward(self, x):
+        return x / x.abs().max().item() * x.shape[0]
+
+
 class InPlace(nn.Module):
     def forward(self, x):
         y = F.relu(x, inplace=True)
@@ -91,6 +96,11 @@ def test_symbolic_trace_failure_is_a_lowering_error():
 def test_in_place_op_whose_input_is_reused_is_refused():
     with pytest.raises(LoweringError, match="in-place relu on %x"):
         frontend.import_model(InPlace(), (torch.randn(3),), capture="fx")
+
+
+def test_value_read_from_tensor_data_is_not_baked_in():
+    with pytest.raises(UnsupportedOpError, match=r"^unsupported PyTorch operators: Tensor\.max .*Tensor\.item "):
+        frontend.import_model(DataDependent(), (torch.randn(3),), capture="fx")
 
 
 def test_unknown_capture_mode():
