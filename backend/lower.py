@@ -107,10 +107,14 @@ class Lowering:
         order = tuple(range(rank))
         if rank < 2:
             return order
-        for user in self.users.get(inst, []):
-            dims = _contracting_dims_of_use(user, inst)
-            if dims == (rank - 1,):
-                return tuple(range(rank - 2)) + (rank - 1, rank - 2)
+        frontier = [inst]
+        while frontier:  # look through converts: auto-cast puts one between layers
+            value = frontier.pop()
+            for user in self.users.get(value, []):
+                if user.opcode in ("convert", "copy"):
+                    frontier.append(user)
+                elif _contracting_dims_of_use(user, value) == (rank - 1,):
+                    return tuple(range(rank - 2)) + (rank - 1, rank - 2)
         return order
 
     # -- values -----------------------------------------------------------------------------------------------

@@ -152,6 +152,8 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
               PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype), opts.output_buffers),
               PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers)]
     common += stat0.specs(pmax) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
+    if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
+        common.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
     resident_bytes = nk * F * csz
     resident_specs = common + [PoolSpec("mov", "sbuf", resident_bytes, 1)] + mov0.specs(F)
     resident = resident_bytes <= opts.moving_resident_bytes and builder.alloc.fits(resident_specs)
@@ -169,11 +171,11 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
 
     for index in itertools.product(*(range(d) for d in plan.batch_dims)):
         fixed = dict(enumerate(index))
-        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat")
-        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov")
+        tag = f"{plan.name}{list(index) if index else ''}"
+        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag)
+        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag)
         stat.bind(pools)
         mov.bind(pools)
-        tag = f"{plan.name}{list(index) if index else ''}"
         mov_tile = None
         if resident:
             mov_tile = pools["mov"].next()

@@ -27,12 +27,13 @@ PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
 class KOperand:
     """One matmul operand as a [K, C] view (already indexed to one batch)."""
 
-    def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str):
+    def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str, tag: str = ""):
         assert view.rank == 2
         self.b = builder
         self.view = view
         self.compute = compute
         self.role = role
+        self.tag = f"{tag} {role}" if tag else role
         self.K, self.C = view.dims
         self.parts = builder.target.partitions
         self.nk = -(-self.K // self.parts)
@@ -54,15 +55,21 @@ class KOperand:
         if self.method in ("cast", "strided_cast"):
             return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
         if self.method == "transpose":
-            specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, 2),
-                     PoolSpec(f"{r}_tpsum", "psum", 0, self.b.options.psum_transpose_banks)]
+            specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, 2)]
             if self.view.stored_dtype != self.compute:
                 specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), 2))
             return specs
         return []
 
+    @property
+    def needs_transpose_psum(self) -> bool:
+        return self.method == "transpose"
+
     def bind(self, pools: dict[str, Pool]) -> None:
+        """Take this operand's staging pools, and the kernel's shared PSUM pool `tpsum` for transposes."""
         self.pools = {k[len(self.role) + 1:]: v for k, v in pools.items() if k.startswith(self.role + "_")}
+        if "tpsum" in pools:
+            self.pools["tpsum"] = pools["tpsum"]
 
     def k_rows(self, kt: int) -> int:
         return min(self.parts, self.K - kt * self.parts)
@@ -78,7 +85,7 @@ class KOperand:
             kp = self.k_rows(kt)
             target = dst.flat(self.compute, kp, cn, kt * cols)
             src = self.view.hbm_ap(0, kt * self.parts, kp, [(1, c0, cn)])
-            label = f"{self.role} k{kt} c{c0}"
+            label = f"{self.tag} k{kt} c{c0}"
             if self.method in ("direct", "strided"):
                 self.b.dma(target, src, f"{label} load")
             else:
@@ -94,7 +101,7 @@ class KOperand:
             cw = min(parts, c0 + cn - cb)
             for k0 in range(0, self.K, self.chunk):
                 kw = min(self.chunk, self.K - k0)
-                label = f"{self.role} c{cb} k{k0}"
+                label = f"{self.tag} c{cb} k{k0}"
                 rows = self.pools["rows"].next().flat(stored, cw, kw)
                 # rows of C on partitions, K contiguous along the free dim
                 b.dma(rows, self.view.hbm_ap(1, cb, cw, [(0, k0, kw)]), f"{label} load rows")
