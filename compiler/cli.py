@@ -141,9 +141,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
-    from isa.asm import load_asm_file
-
     from isa import neff
+    from isa.asm import load_asm_file
 
     program = load_asm_file(args.source)
     neff.save(program, args.output)
@@ -152,9 +151,8 @@ def cmd_asm(args: argparse.Namespace) -> int:
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    from isa.asm import print_program, save_asm_file
-
     from isa import neff
+    from isa.asm import print_program, save_asm_file
 
     program = neff.load(args.neff)
     if args.output:

@@ -16,9 +16,6 @@ from isa.dtypes import dtype as isa_dtype
 from isa.errors import InputError
 from isa.program import Program
 
-AUTO_CAST_MODES = ("none", "matmult", "all")
-AUTO_CAST_TYPES = ("bf16", "fp8_e4m3")
-
 
 @dataclass
 class CompileOptions:
@@ -37,12 +34,9 @@ class CompileOptions:
     timing: bool = False
 
     def validate(self) -> None:
+        # auto-cast, fusion and pass names are checked by PipelineOptions, where they are used.
         if self.opt_level not in (0, 1, 2, 3):
             raise NeuroncError(f"opt_level must be 0..3, got {self.opt_level}")
-        if self.auto_cast not in AUTO_CAST_MODES:
-            raise NeuroncError(f"auto_cast must be one of {AUTO_CAST_MODES}, got {self.auto_cast!r}")
-        if self.auto_cast_type not in AUTO_CAST_TYPES:
-            raise NeuroncError(f"auto_cast_type must be one of {AUTO_CAST_TYPES}, got {self.auto_cast_type!r}")
 
 
 @dataclass

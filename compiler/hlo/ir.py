@@ -13,9 +13,10 @@ Called computations are referenced by attribute (``calls``, ``to_apply``), never
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from math import prod
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -57,14 +58,14 @@ class Shape:
     dtype: str
     dims: tuple[int, ...] = ()
     layout: tuple[int, ...] | None = None  # minor-to-major; None means the default {n-1,...,0}
-    tuple_shapes: tuple["Shape", ...] | None = None
+    tuple_shapes: tuple[Shape, ...] | None = None
 
     @staticmethod
-    def array(dtype: str, dims: Iterable[int]) -> "Shape":
+    def array(dtype: str, dims: Iterable[int]) -> Shape:
         return Shape(dtype, tuple(int(d) for d in dims))
 
     @staticmethod
-    def tuple_of(shapes: Iterable["Shape"]) -> "Shape":
+    def tuple_of(shapes: Iterable[Shape]) -> Shape:
         return Shape("tuple", (), None, tuple(shapes))
 
     @property
@@ -89,7 +90,7 @@ class Shape:
             return sum(s.nbytes for s in self.tuple_shapes)
         return self.size * numpy_dtype(self.dtype).itemsize
 
-    def with_dtype(self, dtype: str) -> "Shape":
+    def with_dtype(self, dtype: str) -> Shape:
         return Shape(dtype, self.dims, self.layout)
 
 
@@ -117,7 +118,7 @@ class Instruction:
     name: str
     opcode: str
     shape: Shape
-    operands: list["Instruction"] = field(default_factory=list)
+    operands: list[Instruction] = field(default_factory=list)
     attrs: dict[str, Any] = field(default_factory=dict)
     literal: np.ndarray | None = None  # constant data
     parameter_number: int | None = None
@@ -127,7 +128,7 @@ class Instruction:
     def __repr__(self) -> str:
         return f"<{self.opcode} %{self.name}>"
 
-    def called_computations(self) -> list["Computation"]:
+    def called_computations(self) -> list[Computation]:
         return [v for v in self.attrs.values() if isinstance(v, Computation)]
 
     def where(self) -> str:
