@@ -212,6 +212,7 @@ class _Builder:
     def __init__(self, constants: dict[str, np.ndarray] | None, source: str | None):
         self.constants, self.source = constants, source
         self.computations: dict[str, Computation] = {}
+        self.owner: dict[str, str] = {}  # instruction name -> name of its computation
 
     def error(self, message: str, token: Token | None) -> HloParseError:
         return _error(message, token, self.source)
@@ -247,6 +248,7 @@ class _Builder:
                     raise self.error(f"duplicate instruction name %{name} (first defined at line {first.line})",
                                      rec.name)
                 seen[name] = rec.name
+                self.owner[name] = _name(comp.name)
 
     def computation(self, rec: _Comp) -> Computation:
         comp = self.computations[_name(rec.name)]
@@ -279,8 +281,7 @@ class _Builder:
         name = _name(rec.name)
         inst = by_name.get(name)
         if inst is None:
-            owner = next((c.name for c in self.computations.values()
-                          if any(i.name == name for i in c.instructions)), None)
+            owner = self.owner.get(name)
             where = f" (it belongs to computation %{owner})" if owner else ""
             raise self.error(f"undefined operand %{name} in computation %{comp.name}{where}", rec.name)
         if rec.shape is not None and not same_shape(rec.shape, inst.shape):

@@ -200,6 +200,8 @@ def test_xla_variants_parse():
      "4:44", ["unknown computation %nope"]),
     ("HloModule m\n%c {\n  ROOT %a = f32[] parameter(0)\n}\nENTRY %e {\n  ROOT %b = f32[] negate(%a)\n}\n",
      "6:26", ["undefined operand %a", "belongs to computation %c"]),
+    ("HloModule m\nENTRY %e {\n  ROOT %b = f32[] negate(%a)\n}\n%c {\n  ROOT %a = f32[] parameter(0)\n}\n",
+     "3:26", ["undefined operand %a", "belongs to computation %c"]),
     ("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[3] negate(f32[3] %x)\n}\n", "4:34",
      ["%x is written with shape f32[3]", "defined as f32[2]"]),
     ("HloModule m\nENTRY %e {\n  ROOT %c = s32[2] constant({1, 2, 3})\n}\n", "3:8",
@@ -207,7 +209,8 @@ def test_xla_variants_parse():
     ("HloModule m\nENTRY %e {\n  ROOT %c = f32[2]{0,1} parameter(0)\n}\n", "3:19", ["not a permutation"]),
     ("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0) ^\n}\n", "3:28", ["unexpected '^'"]),
 ], ids=["eof-in-parens", "missing-comma", "missing-bracket", "eof", "dtype", "undefined", "duplicate",
-        "unknown-computation", "other-computation", "operand-shape", "literal-dims", "layout", "bad-char"])
+        "unknown-computation", "other-computation", "later-computation", "operand-shape", "literal-dims",
+        "layout", "bad-char"])
 def test_parse_errors_name_position_and_token(text, where, words):
     with pytest.raises(HloParseError) as info:
         parse_module(text, source="t.hlo")
