@@ -11,9 +11,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from isa.dtypes import DTYPES
 from isa.emulator.memory import Memory
 from isa.emulator.numerics import ACTIVATIONS, ALU, REDUCE, make_store, read_f32, read_int
-from isa.emulator.rules import RuleChecker, describe
+from isa.emulator.rules import RuleChecker, describe, free_size
 from isa.emulator.timing import COSTS, dma_effective_bytes
 from isa.instructions import OPCODES
 from isa.program import AccessPattern, Instruction, Program
@@ -86,16 +87,29 @@ def _load_stationary(ctx: Ctx) -> Runner:
     return run
 
 
+# MACs per BLAS call: OpenBLAS runs smaller GEMMs on one thread. Bigger ones spawn threads, and
+# on a small shared machine (2 cores, parallel test workers) oversubscribed BLAS threads make a
+# 128x128x512 product 20-100x slower than a few single-threaded calls.
+BLAS_CHUNK_MACS = 1 << 18
+
+
 def _multiply_moving(ctx: Ctx) -> Runner:
     dst, src, pe = ctx.views["dst"], ctx.views["src"], ctx.pe
     acc = bool(ctx.attr("acc"))
-    flat_shape = (dst.shape[0], -1)
+    m, n = dst.shape[0], free_size(ctx.inst.operands["src"])
+    k = ctx.inst.operands["src"].partitions
+    step = max(1, BLAS_CHUNK_MACS // max(1, k * m))
+    product = np.empty((m, n), dtype=np.float32)
 
     def run() -> None:
-        product = pe.stationary.T @ read_f32(src)  # fp32 inputs (exact upcast), fp32 accumulate
+        stationary_t = np.ascontiguousarray(pe.stationary.T)
+        moving = read_f32(src)  # exact upcast; fp32 products accumulated in fp32
+        for j in range(0, n, step):
+            np.matmul(stationary_t, moving[:, j:j + step], out=product[:, j:j + step])
         if acc:
-            product += dst.reshape(flat_shape)
-        dst[...] = product.reshape(dst.shape)
+            dst[...] = (product + dst.reshape(m, n)).reshape(dst.shape)
+        else:
+            dst[...] = product.reshape(dst.shape)
 
     return run
 
@@ -211,14 +225,15 @@ def decode_program(program: Program, target: Target, memory: Memory) -> list[Op]
             stationary_k = inst.operands["src"].partitions
         elif inst.opcode == "multiply_moving":
             dst = inst.operands["dst"]
-            op.macs = stationary_k * dst.partitions * dst.free_size
+            op.macs = stationary_k * dst.partitions * free_size(dst)
             if inst.attrs.get("acc", 0):
                 op.reads = (*op.reads, dst)
         elif inst.opcode == "dma":
             dst, src = inst.operands["dst"], inst.operands["src"]
             op.queue = int(inst.attrs.get("queue", 0))
             op.transfer_bytes = dma_effective_bytes(target, dst, src)
-            op.hbm_read = src.nbytes if src.memory == "hbm" else 0
-            op.hbm_write = dst.nbytes if dst.memory == "hbm" else 0
+            nbytes = src.partitions * free_size(src) * DTYPES[src.dtype].itemsize
+            op.hbm_read = nbytes if src.memory == "hbm" else 0
+            op.hbm_write = nbytes if dst.memory == "hbm" else 0
         ops.append(op)
     return ops

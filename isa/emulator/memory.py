@@ -49,7 +49,8 @@ class Memory:
             base = self.on_chip(ap.memory)
             offset = ap.start_partition * base.shape[1] + ap.offset
             strides = (base.shape[1], *free_strides)
-        return np.ndarray(ap.shape, dtype=dt, buffer=base, offset=offset, strides=strides)
+        shape = (ap.partitions, *(count for _, count in ap.pattern))
+        return np.ndarray(shape, dtype=dt, buffer=base, offset=offset, strides=strides)
 
     def load_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Copy the program inputs and constants into their HBM buffers, checking names, shapes, dtypes."""

@@ -35,18 +35,16 @@ def _gelu(x: Array) -> Array:
 
 
 def _gelu_tanh(x: Array) -> Array:
-    x64 = x.astype(np.float64)
-    inner = np.sqrt(2.0 / np.pi) * (x64 + 0.044715 * x64**3)
-    return (0.5 * x64 * (1.0 + np.tanh(inner))).astype(F32)
+    inner = F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * (x * x * x))
+    return F32(0.5) * x * (F32(1) + np.tanh(inner))
 
 
 def _sigmoid(x: Array) -> Array:
-    x64 = x.astype(np.float64)
-    return (0.5 * (1.0 + np.tanh(0.5 * x64))).astype(F32)
+    return F32(0.5) * (F32(1) + np.tanh(F32(0.5) * x))
 
 
 def _silu(x: Array) -> Array:
-    return (x.astype(np.float64) * _sigmoid(x).astype(np.float64)).astype(F32)
+    return x * _sigmoid(x)
 
 
 def _identity(x: Array) -> Array:
@@ -65,7 +63,7 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "exp": np.exp,
     "log": np.log,
     "sqrt": np.sqrt,
-    "rsqrt": lambda x: (1.0 / np.sqrt(x.astype(np.float64))).astype(F32),
+    "rsqrt": lambda x: F32(1) / np.sqrt(x),
     "reciprocal": lambda x: np.reciprocal(x),
     "square": np.square,
     "silu": _silu,

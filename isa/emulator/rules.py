@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from math import prod
 
 from isa.dtypes import DTYPES
 from isa.errors import ProgramError, RuleViolation
@@ -44,6 +46,16 @@ def describe(index: int, inst: Instruction) -> str:
     """``instruction #12 pe.multiply_moving (line 7)``: how errors name an instruction."""
     line = f" (line {inst.line})" if inst.line is not None else ""
     return f"instruction #{index} {inst.engine}.{inst.opcode}{line}"
+
+
+@lru_cache(maxsize=1 << 16)
+def _element_count(pattern: tuple[tuple[int, int], ...]) -> int:
+    return prod(count for _, count in pattern)
+
+
+def free_size(ap: AccessPattern) -> int:
+    """Elements per partition (``AccessPattern.free_size``, memoized: decode asks it often)."""
+    return _element_count(ap.pattern)
 
 
 def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
@@ -156,9 +168,9 @@ class RuleChecker:
                        f"bytes [{lo}, {hi}) of {size}")
         if inst.engine in ("act", "dve", "pool"):
             limit = self.stream["max_free_sbuf" if ap.memory == "sbuf" else "max_free_psum"]
-            if ap.free_size > limit:
+            if free_size(ap) > limit:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
-                           f"{ap.free_size} elements > {limit}")
+                           f"{free_size(ap)} elements > {limit}")
 
     def _partitions(self, who: str, what: str, ap: AccessPattern, start_rule: bool) -> None:
         """Partition range; the start-partition rule binds the compute engines' SBUF/PSUM ports,
@@ -184,24 +196,24 @@ class RuleChecker:
         aps = [(n, inst.operands[n]) for n in names if n in inst.operands]
         first_name, first = aps[0]
         for name, ap in aps[1:]:
-            if ap.partitions != first.partitions or ap.free_size != first.free_size:
+            if ap.partitions != first.partitions or free_size(ap) != free_size(first):
                 self._fail(who, f"operands {first_name} and {name} differ in shape",
-                           f"{first.partitions}x{first.free_size} vs {ap.partitions}x{ap.free_size}")
+                           f"{first.partitions}x{free_size(first)} vs {ap.partitions}x{free_size(ap)}")
 
     def _per_partition_vector(self, who: str, inst: Instruction, name: str) -> None:
         ap = inst.operands.get(name)
         dst = inst.operands["dst"]
-        if ap is not None and (ap.free_size != 1 or ap.partitions != dst.partitions):
+        if ap is not None and (free_size(ap) != 1 or ap.partitions != dst.partitions):
             self._fail(who, f"operand {name} must be a per-partition [P, 1] vector",
-                       f"{ap.partitions}x{ap.free_size} for {dst.partitions} partitions")
+                       f"{ap.partitions}x{free_size(ap)} for {dst.partitions} partitions")
 
     def _load_stationary(self, who: str, inst: Instruction) -> None:
         src = inst.operands["src"]
         max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
         if src.partitions > max_k:
             self._fail(who, "stationary K over the limit", f"K={src.partitions} > {max_k}")
-        if src.free_size > self.pe["max_m"]:
-            self._fail(who, "stationary M over the limit", f"M={src.free_size} > {self.pe['max_m']}")
+        if free_size(src) > self.pe["max_m"]:
+            self._fail(who, "stationary M over the limit", f"M={free_size(src)} > {self.pe['max_m']}")
         self.state.stationary = src
 
     def _multiply_moving(self, who: str, inst: Instruction) -> None:
@@ -209,16 +221,16 @@ class RuleChecker:
         stationary = self.state.stationary
         if stationary is None:
             self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
-        if src.free_size > self.pe["max_n"]:
-            self._fail(who, "moving N over the limit", f"N={src.free_size} > {self.pe['max_n']}")
+        if free_size(src) > self.pe["max_n"]:
+            self._fail(who, "moving N over the limit", f"N={free_size(src)} > {self.pe['max_n']}")
         if src.partitions != stationary.partitions:
             self._fail(who, "K of moving differs from K of stationary",
                        f"{src.partitions} vs {stationary.partitions}")
-        if dst.partitions != stationary.free_size:
+        if dst.partitions != free_size(stationary):
             self._fail(who, "dst partitions must equal stationary M",
-                       f"{dst.partitions} vs M={stationary.free_size}")
-        if dst.free_size != src.free_size:
-            self._fail(who, "dst free size must equal moving N", f"{dst.free_size} vs N={src.free_size}")
+                       f"{dst.partitions} vs M={free_size(stationary)}")
+        if free_size(dst) != free_size(src):
+            self._fail(who, "dst free size must equal moving N", f"{free_size(dst)} vs N={free_size(src)}")
         if dst.dtype != "f32":
             self._fail(who, "matmul dst must be f32 (PSUM accumulates in fp32)", dst.dtype)
         bank = self.target.psum_bank_bytes
@@ -233,9 +245,9 @@ class RuleChecker:
 
     def _tensor_reduce(self, who: str, inst: Instruction) -> None:
         dst, src = inst.operands["dst"], inst.operands["src"]
-        if dst.partitions != src.partitions or dst.free_size != 1:
+        if dst.partitions != src.partitions or free_size(dst) != 1:
             self._fail(who, "reduce dst must be [P, 1] of the src partitions",
-                       f"dst {dst.partitions}x{dst.free_size}, src {src.partitions} partitions")
+                       f"dst {dst.partitions}x{free_size(dst)}, src {src.partitions} partitions")
 
     def _dma(self, who: str, inst: Instruction) -> None:
         dst, src = inst.operands["dst"], inst.operands["src"]

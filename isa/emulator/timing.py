@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from isa.dtypes import DTYPES
+from isa.emulator.rules import free_size
 from isa.program import AccessPattern, Instruction
 from isa.target import Target
 
@@ -24,7 +25,7 @@ def _pe_cycles(target: Target, free: int, dtype: str) -> float:
 
 def pe_matmul(target: Target, inst: Instruction) -> float:
     src = inst.operands["src"]
-    return _pe_cycles(target, src.free_size, src.dtype) / target.clock_ghz("pe")
+    return _pe_cycles(target, free_size(src), src.dtype) / target.clock_ghz("pe")
 
 
 def pe_load(target: Target, inst: Instruction) -> float:
@@ -32,7 +33,7 @@ def pe_load(target: Target, inst: Instruction) -> float:
     of a MultiplyMoving of the same free size (M)."""
     src = inst.operands["src"]
     fraction = target.data["pe"]["load_fraction"]
-    return fraction * _pe_cycles(target, src.free_size, src.dtype) / target.clock_ghz("pe")
+    return fraction * _pe_cycles(target, free_size(src), src.dtype) / target.clock_ghz("pe")
 
 
 def _first_input(inst: Instruction) -> AccessPattern:
@@ -45,7 +46,7 @@ def _stream(target: Target, inst: Instruction, inputs: int) -> float:
     (N = free elements per partition) plus a static ~60-cycle access overhead; trn2 DVE has a
     faster bf16 rate (stream.bf16_rate)."""
     stream = target.data["stream"]
-    n = _first_input(inst).free_size * inputs
+    n = free_size(_first_input(inst)) * inputs
     rate = stream.get("bf16_rate", {}).get(inst.engine, 1)
     if rate != 1 and all(ap.dtype == "bf16" for ap in inst.operands.values()):
         n /= rate
@@ -86,14 +87,14 @@ def contiguous_runs(ap: AccessPattern) -> int:
     if ap.memory == "hbm":
         dims.insert(0, (ap.partition_stride, ap.partitions))
     run = 1  # elements
-    total = ap.free_size * ap.partitions
+    total = free_size(ap) * ap.partitions
     for stride, count in reversed(dims):
         if count == 1:
             continue
         if stride != run:
             break
         run *= count
-    runs = total // run if ap.memory == "hbm" else ap.partitions * max(1, ap.free_size // run)
+    runs = total // run if ap.memory == "hbm" else ap.partitions * max(1, free_size(ap) // run)
     return max(1, runs)
 
 
@@ -101,5 +102,5 @@ def dma_effective_bytes(target: Target, dst: AccessPattern, src: AccessPattern) 
     """machine-model.md "DMA": small contiguous runs run below peak. Modelled as a fixed
     descriptor_overhead_bytes per contiguous run of the worse side."""
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
-    nbytes = src.partitions * src.free_size * DTYPES[src.dtype].itemsize
+    nbytes = src.partitions * free_size(src) * DTYPES[src.dtype].itemsize
     return nbytes + overhead * max(contiguous_runs(src), contiguous_runs(dst))
