@@ -193,6 +193,18 @@ class HloBuilder:
         dims = tuple(max(0, -(-(b - a) // s)) for a, b, s in ranges)
         return self.emit("slice", Shape.array(x.shape.dtype, dims), [x], slice=SliceSpec(ranges))
 
+    def iota(self, dtype: str, dims: Sequence[int], dimension: int) -> Instruction:
+        """0, 1, 2, ... along ``dimension``, broadcast over the other dims."""
+        return self.emit("iota", Shape.array(dtype, dims), iota_dimension=int(dimension))
+
+    def pad(self, x: Instruction, value: Instruction, config: Sequence[tuple[int, int]]) -> Instruction:
+        """XLA pad with (low, high) per dim (negative crops); ``value`` is a scalar of x's dtype."""
+        dims = [n + lo + hi for n, (lo, hi) in zip(x.shape.dims, config)]
+        if any(d < 0 for d in dims):
+            raise LoweringError(f"padding {list(config)} of {x.shape.dims} leaves a negative size")
+        padding = "x".join(f"{lo}_{hi}" for lo, hi in config)
+        return self.emit("pad", Shape.array(x.shape.dtype, dims), [x, value], padding=padding)
+
     def concatenate(self, xs: Sequence[Instruction], dim: int) -> Instruction:
         if len(xs) == 1:
             return xs[0]

@@ -50,6 +50,13 @@ class CapturedGraph:
     root: torch.nn.Module | None = None                     # fx: owner of call_module targets
 
 
+class Call:
+    """A graph node resolved to an ATen overload name and its (unbound) arguments."""
+
+    def __init__(self, op: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None):
+        self.op, self.args, self.kwargs = op, tuple(args), dict(kwargs or {})
+
+
 def decomposition_table() -> dict:
     """torch's core-ATen decomposition table minus the ops in ``KEEP_WHOLE``."""
     table = torch.export.default_decompositions()

@@ -10,7 +10,7 @@ arguments. Module parameters become ``Param`` references that the lowering turns
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +19,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from compiler.errors import LoweringError
+
+from .capture import Call
 
 Adapter = Callable[..., tuple[tuple, dict]]
 
@@ -73,6 +75,32 @@ def _dims_method(x: Any, dim: Any = None, keepdim: bool = False, dtype: Any = No
     return (x, dim, keepdim), {"dtype": dtype}
 
 
+def _dropout(x: Any, p: float = 0.5, training: bool = True, inplace: bool = False) -> tuple[tuple, dict]:
+    """Identity at inference; F.dropout defaults to training=True, which would change the values."""
+    if training and p > 0:
+        raise LoweringError(f"F.dropout with training=True (p={p}) is not supported: pass training=self.training")
+    return (x,), {}
+
+
+def _embedding(x: Any, weight: Any, padding_idx: Any = None, max_norm: Any = None,
+               *ignored: Any, **ignored_kw: Any) -> tuple[tuple, dict]:
+    if max_norm is not None:
+        raise LoweringError("embedding with max_norm (renormalizes the weight in place) is not supported")
+    return (weight, x), {}
+
+
+def _pad(x: Any, pad: Any, mode: str = "constant", value: Any = None) -> tuple[tuple, dict]:
+    if mode != "constant":
+        raise LoweringError(f"F.pad mode={mode!r} is not supported")
+    return (x, list(pad), 0 if value is None else value), {}
+
+
+def _arange(*args: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    """torch.arange(end) / (start, end) / (start, end, step) -> arange.start_step."""
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
+    return (start, end, step), {"dtype": dtype}
+
+
 def _var(x: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
          correction: Any = None) -> tuple[tuple, dict]:
     correction = correction if correction is not None else (1 if unbiased else 0)
@@ -88,15 +116,9 @@ def _flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> tuple[tuple, dict
     return (x, start_dim, end_dim), {}
 
 
-def _permute(x: Any, *dims: Any) -> tuple[tuple, dict]:
-    return _sizes(x, *dims)
-
-
-def _dim_arg(x: Any, dim: int, *rest: Any) -> tuple[tuple, dict]:
-    return (x, dim), {}
-
-
-# torch.* / F.* / operator.* -> (ATen overload, adapter)
+# torch.* / F.* / operator.* -> (ATen overload, adapter). torch.X and Tensor.X whose ATen op is
+# aten.X.default with the same signature (torch.exp, x.sigmoid(), torch.mm...) need no entry: see
+# _same_named_op.
 FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     operator.add: ("aten.add.Tensor", _same),
     operator.sub: ("aten.sub.Tensor", _same),
@@ -116,31 +138,16 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     torch.sub: ("aten.sub.Tensor", _same),
     torch.mul: ("aten.mul.Tensor", _same),
     torch.div: ("aten.div.Tensor", _same),
-    torch.matmul: ("aten.matmul.default", _same),
-    torch.mm: ("aten.mm.default", _same),
-    torch.bmm: ("aten.bmm.default", _same),
-    torch.addmm: ("aten.addmm.default", _same),
-    torch.relu: ("aten.relu.default", _first),
-    torch.sigmoid: ("aten.sigmoid.default", _first),
-    torch.tanh: ("aten.tanh.default", _first),
-    torch.exp: ("aten.exp.default", _first),
-    torch.sqrt: ("aten.sqrt.default", _first),
-    torch.rsqrt: ("aten.rsqrt.default", _first),
     torch.softmax: ("aten.softmax.int", _softmax),
     torch.log_softmax: ("aten.log_softmax.int", _softmax),
     torch.flatten: ("aten.flatten.using_ints", _flatten),
     torch.transpose: ("aten.transpose.int", _same),
-    torch.permute: ("aten.permute.default", _same),
     torch.reshape: ("aten.view.default", _sizes),
     torch.cat: ("aten.cat.default", _same),
     torch.sum: ("aten.sum.dim_IntList", _dims_method),
     torch.mean: ("aten.mean.dim", _dims_method),
     torch.where: ("aten.where.self", _same),
-    torch.clamp: ("aten.clamp.default", _same),
-    torch.unsqueeze: ("aten.unsqueeze.default", _same),
     torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),
-    torch.abs: ("aten.abs.default", _first),
-    torch.log: ("aten.log.default", _first),
     torch.pow: ("aten.pow.Tensor_Scalar", _same),
     F.relu: ("aten.relu.default", _first),
     F.gelu: ("aten.gelu.default", _gelu),
@@ -151,7 +158,10 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     F.softmax: ("aten.softmax.int", _softmax),
     F.log_softmax: ("aten.log_softmax.int", _softmax),
     F.layer_norm: ("aten.layer_norm.default", _layer_norm),
-    F.dropout: ("aten.clone.default", _first),
+    F.embedding: ("aten.embedding.default", _embedding),
+    F.pad: ("aten.constant_pad_nd.default", _pad),
+    torch.arange: ("aten.arange.start_step", _arange),
+    F.dropout: ("aten.clone.default", _dropout),
     F.leaky_relu: ("aten.leaky_relu.default", lambda x, negative_slope=0.01, inplace=False: ((x, negative_slope), {})),
     F.elu: ("aten.elu.default", lambda x, alpha=1.0, inplace=False: ((x, alpha), {})),
     F.relu6: ("aten.hardtanh.default", lambda x, inplace=False: ((x, 0.0, 6.0), {})),
@@ -166,34 +176,22 @@ METHODS: dict[str, tuple[str, Adapter]] = {
     "sub": ("aten.sub.Tensor", _same),
     "mul": ("aten.mul.Tensor", _same),
     "div": ("aten.div.Tensor", _same),
-    "matmul": ("aten.matmul.default", _same),
-    "relu": ("aten.relu.default", _first),
-    "sigmoid": ("aten.sigmoid.default", _first),
-    "tanh": ("aten.tanh.default", _first),
-    "exp": ("aten.exp.default", _first),
-    "sqrt": ("aten.sqrt.default", _first),
-    "rsqrt": ("aten.rsqrt.default", _first),
     "softmax": ("aten.softmax.int", _softmax),
     "log_softmax": ("aten.log_softmax.int", _softmax),
     "view": ("aten.view.default", _sizes),
     "reshape": ("aten.view.default", _sizes),
     "expand": ("aten.expand.default", _sizes),
-    "permute": ("aten.permute.default", _permute),
+    "permute": ("aten.permute.default", _sizes),
     "transpose": ("aten.transpose.int", _same),
-    "t": ("aten.t.default", _same),
     "flatten": ("aten.flatten.using_ints", _flatten),
-    "unsqueeze": ("aten.unsqueeze.default", _same),
     "squeeze": ("aten.squeeze.dims", lambda x, dim=None: ((x, dim), {})),
     "contiguous": ("aten.clone.default", _first),
-    "clone": ("aten.clone.default", _first),
     "detach": ("aten.clone.default", _first),
     "sum": ("aten.sum.dim_IntList", _dims_method),
     "mean": ("aten.mean.dim", _dims_method),
     "split": ("aten.split.Tensor", _same),
     "masked_fill": ("aten.masked_fill.Scalar", _same),
     "pow": ("aten.pow.Tensor_Scalar", _same),
-    "abs": ("aten.abs.default", _first),
-    "log": ("aten.log.default", _first),
     "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
     "amin": ("aten.amin.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
     "var": ("aten.var.correction", _var),
@@ -232,6 +230,7 @@ MODULES: dict[type, tuple[str, Callable[..., tuple[tuple, dict]]]] = {
     nn.LogSoftmax: ("aten.log_softmax.int", lambda m, p, x: _softmax(x, m.dim)),
     nn.Flatten: ("aten.flatten.using_ints", lambda m, p, x: ((x, m.start_dim, m.end_dim), {})),
     nn.Dropout: ("aten.clone.default", _act),
+    nn.Embedding: ("aten.embedding.default", lambda m, p, x: _embedding(x, p("weight"), max_norm=m.max_norm)),
     nn.Identity: ("aten.clone.default", _act),
 }
 
@@ -241,6 +240,18 @@ def _module_alias(mod: nn.Module) -> tuple[str, Callable[..., tuple[tuple, dict]
         if cls in MODULES:
             return MODULES[cls]
     return None
+
+
+def _same_named_op(node: fx.Node, supported: Container[str]) -> tuple[str, Adapter] | None:
+    """torch.X(...) / x.X(...) -> aten.X.default when that overload has a rule (binding checks the rest)."""
+    if node.op == "call_method":
+        name = node.target
+    else:
+        name = getattr(node.target, "__name__", None)
+        if name is None or getattr(torch, name, None) is not node.target:
+            return None
+    op = f"aten.{name}.default"
+    return (op, _same) if op in supported else None
 
 
 def _label(node: fx.Node, root: nn.Module) -> str:
@@ -264,10 +275,8 @@ def _label_short(node: fx.Node) -> str:
     return str(getattr(node.target, "__name__", node.target))
 
 
-def _tensor_attribute(node: fx.Node) -> Any:
+def _tensor_attribute(node: fx.Node) -> Call | str:
     """``x.T`` / ``x.mT`` (other tensor attributes that give a tensor are unsupported)."""
-    from .lowering import Call
-
     x, attr = node.args
     if attr == "T":
         rank = x.meta["val"].dim()
@@ -277,10 +286,9 @@ def _tensor_attribute(node: fx.Node) -> Any:
     return f"Tensor.{attr}"
 
 
-def resolve(node: fx.Node, root: nn.Module) -> Any:
-    """A ``lowering.Call`` for the node, or a label naming the unsupported operator."""
-    from .lowering import Call
-
+def resolve(node: fx.Node, root: nn.Module, supported: Container[str]) -> Call | str:
+    """A Call for the node, or a label naming the unsupported operator (``supported``: the ATen ops
+    with a lowering rule, for the same-name fallback)."""
     if node.op == "call_module":
         mod = root.get_submodule(node.target)
         alias = _module_alias(mod)
@@ -301,6 +309,7 @@ def resolve(node: fx.Node, root: nn.Module) -> Any:
         alias = table.get(node.target)
     except TypeError:  # unhashable target
         alias = None
+    alias = alias or _same_named_op(node, supported)
     if alias is None:
         return _label(node, root)
     _check_inplace(node, bool(node.kwargs.get("inplace", False)))

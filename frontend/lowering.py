@@ -26,7 +26,7 @@ from compiler.hlo.ir import Instruction, Module, Shape
 
 from . import fx_aliases, ops_activation, ops_elementwise, ops_linalg, ops_reduce, ops_shape
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
-from .capture import CapturedGraph
+from .capture import Call, CapturedGraph
 
 Rule = Callable[..., Any]
 
@@ -85,13 +85,6 @@ def _metadata(node: fx.Node, op_name: str) -> dict[str, Any]:
 
 
 # ---- resolving nodes to ATen calls --------------------------------------------------------------
-class Call:
-    """An fx node resolved to an ATen overload and its (unbound) arguments."""
-
-    def __init__(self, op: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None):
-        self.op, self.args, self.kwargs = op, tuple(args), dict(kwargs or {})
-
-
 @functools.cache
 def overload(name: str) -> torch._ops.OpOverload:
     """``"aten.addmm.default"`` -> ``torch.ops.aten.addmm.default``."""
@@ -153,7 +146,7 @@ def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
         is_tensor = isinstance(source, fx.Node) and isinstance(source.meta.get("val"), torch.Tensor)
         return Call("operator.getitem", node.args) if is_tensor else None
     if cap.kind == "fx":
-        return fx_aliases.resolve(node, cap.root)
+        return fx_aliases.resolve(node, cap.root, LOWERINGS)
     if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
         return Call(str(node.target), node.args, node.kwargs)
     return getattr(node.target, "__name__", str(node.target))

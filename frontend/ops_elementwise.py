@@ -97,6 +97,18 @@ def _unary(opcode: str, floating: bool = True):
     return rule
 
 
+def log1p(b: HloBuilder, x: Instruction) -> Instruction:
+    """``log(1 + x)``."""
+    x = b.convert(x, float_dtype(x))
+    return b.unary("log", b.binary("add", x, b.scalar(1, x.shape.dtype)))
+
+
+def expm1(b: HloBuilder, x: Instruction) -> Instruction:
+    """``exp(x) - 1``."""
+    x = b.convert(x, float_dtype(x))
+    return b.binary("subtract", b.unary("exponential", x), b.scalar(1, x.shape.dtype))
+
+
 def reciprocal(b: HloBuilder, x: Instruction) -> Instruction:
     dtype = float_dtype(x)
     return b.binary("divide", b.scalar(1, dtype), b.convert(x, dtype))
@@ -184,6 +196,10 @@ RULES = {
     "aten.floor.default": _unary("floor", floating=False),
     "aten.ceil.default": _unary("ceil", floating=False),
     "aten.reciprocal.default": reciprocal,
+    "aten.log1p.default": log1p,
+    "aten.expm1.default": expm1,
+    "aten.sign.default": _unary("sign", floating=False),
+    "aten.erf.default": _unary("erf"),
     "aten.eq.Tensor": _compare("EQ"),
     "aten.eq.Scalar": _compare("EQ"),
     "aten.ne.Tensor": _compare("NE"),

@@ -1,4 +1,4 @@
-"""Matrix products: linear, addmm, mm, bmm, matmul, scaled_dot_product_attention.
+"""Matrix products: linear, addmm, mm, bmm, matmul, scaled_dot_product_attention, embedding.
 
 Every product is an XLA ``dot`` on rank-2 operands, or rank-3 ones with batch dim 0 (leading dims are
 folded in by ``reshape``), so the backend sees two canonical shapes only. A weight transpose is never
@@ -126,6 +126,22 @@ def scaled_dot_product_attention(b: HloBuilder, q: Instruction, k: Instruction, 
     return _product(b, probs, b.convert(v, dtype))
 
 
+def embedding(b: HloBuilder, weight: Instruction, indices: Instruction, padding_idx: int = -1,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Instruction:
+    """Row lookup as a one-hot matrix product: ``dot(convert(indices == iota), weight)``.
+
+    This keeps the lookup on the matrix engine (the TPU idiom for small vocabularies) instead of a
+    gather; padding_idx only matters for gradients.
+    """
+    require(weight.shape.rank == 2, f"embedding weight must be 2-D, got {list(weight.shape.dims)}")
+    vocab, width = weight.shape.dims
+    flat = b.reshape(indices, [indices.shape.size])
+    dims = [indices.shape.size, vocab]
+    hits = b.compare(b.broadcast(flat, dims, (0,)), b.iota(flat.shape.dtype, dims, 1), "EQ")
+    rows = b.dot(b.convert(hits, weight.shape.dtype), weight, (1,), (0,))
+    return b.reshape(rows, [*indices.shape.dims, width])
+
+
 RULES = {
     "aten.linear.default": linear,
     "aten.mm.default": mm,
@@ -133,4 +149,5 @@ RULES = {
     "aten.bmm.default": bmm,
     "aten.matmul.default": matmul,
     "aten.scaled_dot_product_attention.default": scaled_dot_product_attention,
+    "aten.embedding.default": embedding,
 }

@@ -169,6 +169,27 @@ def full_like(b: HloBuilder, x: Instruction, fill_value: Any, dtype: Any = None,
     return b.full(fill_value, out_dtype, x.shape.dims)
 
 
+def arange(b: HloBuilder, start: Any, end: Any = None, step: Any = 1, dtype: Any = None, layout: Any = None,
+           device: Any = None, pin_memory: Any = None) -> Instruction:
+    """``start + step * iota`` (arange.default passes only ``end``, as ``start``)."""
+    if end is None:
+        start, end = 0, start
+    values = torch.arange(start, end, step, dtype=dtype)  # torch decides the length and dtype
+    out_dtype = hlo_dtype(values.dtype)
+    iota = b.iota(out_dtype, [values.numel()], 0)
+    scaled = iota if step == 1 else b.binary("multiply", iota, b.scalar(step, out_dtype))
+    return scaled if start == 0 else b.binary("add", scaled, b.scalar(start, out_dtype))
+
+
+def constant_pad_nd(b: HloBuilder, x: Instruction, pad: Sequence[int], value: Any = 0) -> Instruction:
+    """torch pads (left, right) pairs from the last dim backwards; HLO ``pad`` takes (low, high) per dim."""
+    require(len(pad) % 2 == 0 and len(pad) // 2 <= x.shape.rank, f"invalid padding {list(pad)}")
+    config = [(0, 0)] * x.shape.rank
+    for i in range(len(pad) // 2):
+        config[x.shape.rank - 1 - i] = (int(pad[2 * i]), int(pad[2 * i + 1]))
+    return b.pad(x, b.scalar(value, x.shape.dtype), config)
+
+
 RULES = {
     "aten.view.default": view,
     "aten._unsafe_view.default": view,
@@ -195,4 +216,8 @@ RULES = {
     "aten.full.default": full,
     "aten.scalar_tensor.default": scalar_tensor,
     "aten.full_like.default": full_like,
+    "aten.arange.default": arange,
+    "aten.arange.start": arange,
+    "aten.arange.start_step": arange,
+    "aten.constant_pad_nd.default": constant_pad_nd,
 }

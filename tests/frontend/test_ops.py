@@ -69,13 +69,31 @@ class Misc(nn.Module):
         return e * c.sigmoid(), f.t(), g, torch.addmm(x[:, :6].sum(0), x, y.t())
 
 
+class Embed(nn.Module):
+    """Token + position embeddings (one-hot dots over iota), padding and more unary math."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(50, 16), nn.Embedding(8, 16)
+
+    def forward(self, idx):
+        h = self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        h = F.pad(h, (1, 2))
+        return torch.log1p(h.abs()) + torch.expm1(h) * torch.sign(h) + torch.erf(h)
+
+
 def _inputs(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     if name == "Block":
         return Block(), (torch.randn(2, 8, 32),)
+    if name == "Embed":
+        return Embed(), (torch.randint(0, 50, (2, 8)),)
     if name == "Attention":
         return Attention(), tuple(torch.randn(2, 4, 8, 16) for _ in range(3))
     return Misc(), (torch.randn(6, 8), torch.randn(6, 8))
+
+
+MODELS = ["Block", "Attention", "Misc", "Embed"]
 
 
 @functools.cache
@@ -85,7 +103,7 @@ def _imported(name: str, capture: str) -> tuple[nn.Module, tuple, Module]:
 
 
 @pytest.mark.parametrize("capture", ["export", "fx"])
-@pytest.mark.parametrize("name", ["Block", "Attention", "Misc"])
+@pytest.mark.parametrize("name", MODELS)
 def test_numerics_match_torch(name, capture):
     model, inputs, module = _imported(name, capture)
     with torch.no_grad():
@@ -99,7 +117,7 @@ def test_numerics_match_torch(name, capture):
 
 
 @pytest.mark.parametrize("capture", ["export", "fx"])
-@pytest.mark.parametrize("name", ["Block", "Attention", "Misc"])
+@pytest.mark.parametrize("name", MODELS)
 def test_verifier_and_round_trip(name, capture):
     verifier = pytest.importorskip("compiler.hlo.verifier")
     printer = pytest.importorskip("compiler.hlo.printer")
@@ -163,6 +181,7 @@ def test_bf16_model_keeps_bf16():
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).to(torch.bfloat16)
     x = torch.randn(4, 16, dtype=torch.bfloat16)
     module = frontend.import_model(model, (x,), capture="fx")
+    pytest.importorskip("compiler.hlo.verifier").verify_module(module)
     entry = module.entry
     assert entry.parameters[0].shape.dtype == "bf16" and entry.root.shape.dtype == "bf16"
     weight = next(i for i in entry.instructions if i.attrs.get("data") and i.attrs["data"].text == "0.weight")
