@@ -22,7 +22,7 @@ from isa.emulator.scheduler import Scheduler
 from isa.program import Program
 from isa.target import Target, load_target
 
-__all__ = ["Profile", "RunResult", "run_program"]
+__all__ = ["Profile", "ProgressBar", "RunResult", "run_program"]
 
 
 @dataclass
