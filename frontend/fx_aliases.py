@@ -101,6 +101,24 @@ def _arange(*args: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]
     return (start, end, step), {"dtype": dtype}
 
 
+def _div(x: Any, y: Any, *, rounding_mode: str | None = None) -> tuple[tuple, dict]:
+    return (x, y), {"rounding_mode": rounding_mode}
+
+
+def _filled(value: Any) -> Adapter:
+    """torch.zeros / torch.ones (size as varargs or one sequence) -> full(size, value)."""
+    def adapter(*size: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+        (_, sizes), _ = _sizes(None, *size)
+        return (sizes, value), {"dtype": dtype}
+
+    return adapter
+
+
+def _filled_like(value: Any) -> Adapter:
+    """torch.zeros_like / torch.ones_like -> full_like(x, value)."""
+    return lambda x, dtype=None, **ignored: ((x, value), {"dtype": dtype})
+
+
 def _var(x: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
          correction: Any = None) -> tuple[tuple, dict]:
     correction = correction if correction is not None else (1 if unbiased else 0)
@@ -128,6 +146,9 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     operator.matmul: ("aten.matmul.default", _same),
     operator.pow: ("aten.pow.Tensor_Scalar", _same),
     operator.invert: ("aten.bitwise_not.default", _same),
+    operator.and_: ("aten.bitwise_and.Tensor", _same),
+    operator.or_: ("aten.bitwise_or.Tensor", _same),
+    operator.xor: ("aten.bitwise_xor.Tensor", _same),
     operator.gt: ("aten.gt.Tensor", _same),
     operator.ge: ("aten.ge.Tensor", _same),
     operator.lt: ("aten.lt.Tensor", _same),
@@ -137,7 +158,7 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     torch.add: ("aten.add.Tensor", _same),
     torch.sub: ("aten.sub.Tensor", _same),
     torch.mul: ("aten.mul.Tensor", _same),
-    torch.div: ("aten.div.Tensor", _same),
+    torch.div: ("aten.div.Tensor_mode", _div),
     torch.softmax: ("aten.softmax.int", _softmax),
     torch.log_softmax: ("aten.log_softmax.int", _softmax),
     torch.flatten: ("aten.flatten.using_ints", _flatten),
@@ -161,6 +182,10 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     F.embedding: ("aten.embedding.default", _embedding),
     F.pad: ("aten.constant_pad_nd.default", _pad),
     torch.arange: ("aten.arange.start_step", _arange),
+    torch.zeros: ("aten.full.default", _filled(0)),
+    torch.ones: ("aten.full.default", _filled(1)),
+    torch.zeros_like: ("aten.full_like.default", _filled_like(0)),
+    torch.ones_like: ("aten.full_like.default", _filled_like(1)),
     F.dropout: ("aten.clone.default", _dropout),
     F.leaky_relu: ("aten.leaky_relu.default", lambda x, negative_slope=0.01, inplace=False: ((x, negative_slope), {})),
     F.elu: ("aten.elu.default", lambda x, alpha=1.0, inplace=False: ((x, alpha), {})),
@@ -175,7 +200,7 @@ METHODS: dict[str, tuple[str, Adapter]] = {
     "add": ("aten.add.Tensor", _same),
     "sub": ("aten.sub.Tensor", _same),
     "mul": ("aten.mul.Tensor", _same),
-    "div": ("aten.div.Tensor", _same),
+    "div": ("aten.div.Tensor_mode", _div),
     "softmax": ("aten.softmax.int", _softmax),
     "log_softmax": ("aten.log_softmax.int", _softmax),
     "view": ("aten.view.default", _sizes),

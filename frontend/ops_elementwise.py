@@ -153,6 +153,17 @@ def _logical(opcode: str):
     return rule
 
 
+def _bitwise(opcode: str):
+    """``and``/``or``/``xor`` of bools or integers (HLO's are logical on pred, bitwise on integers)."""
+    def rule(b: HloBuilder, x: Value, y: Value) -> Instruction:
+        dtype = result_dtype(x, y)
+        require(not is_float(dtype), f"bitwise {opcode} of floating-point values")
+        return b.binary(opcode, operand(b, x, dtype), operand(b, y, dtype))
+
+    rule.__name__ = f"bitwise_{opcode}"
+    return rule
+
+
 def to_copy(b: HloBuilder, x: Instruction, dtype: Any = None, layout: Any = None, device: Any = None,
             pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Instruction:
     """``_to_copy``: a ``convert`` when the dtype changes; layout/device/memory format do not matter."""
@@ -219,6 +230,9 @@ RULES = {
     "aten.masked_fill.Tensor": masked_fill,
     "aten.logical_and.default": _logical("and"),
     "aten.logical_or.default": _logical("or"),
+    "aten.bitwise_and.Tensor": _bitwise("and"),
+    "aten.bitwise_or.Tensor": _bitwise("or"),
+    "aten.bitwise_xor.Tensor": _bitwise("xor"),
     "aten._to_copy.default": to_copy,
     "aten._assert_tensor_metadata.default": assert_tensor_metadata,
 }

@@ -82,10 +82,24 @@ class Embed(nn.Module):
         return torch.log1p(h.abs()) + torch.expm1(h) * torch.sign(h) + torch.erf(h)
 
 
+class Kitchen(nn.Module):
+    """The remaining elementwise, comparison, creation and view rules."""
+
+    def forward(self, x, n):
+        a = torch.div(x * 7, 2, rounding_mode="floor") + torch.div(x * 7, 2, rounding_mode="trunc")
+        b = torch.maximum(x.sin(), x.cos()) - torch.minimum(x.floor(), x.ceil()) + (3 - x).reciprocal()
+        c = torch.where((x >= 0) & (x != 1) | (x <= -1), 1.0, x) + torch.ones_like(x) * torch.zeros(3, 1)
+        d = x.view(x.size(0), 1, -1).expand(3, 2, 4).permute(2, 0, 1).flatten(1).amin(1)
+        e = F.hardtanh(x, -0.5, 0.5) + x.unsqueeze(0).squeeze().T.T
+        return a + b + c + e, d, n.sum(), (n > 2).logical_not(), torch.full((2,), 1.5) + n[:2]
+
+
 def _inputs(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     torch.manual_seed(0)
     if name == "Block":
         return Block(), (torch.randn(2, 8, 32),)
+    if name == "Kitchen":
+        return Kitchen(), (torch.randn(3, 4), torch.arange(4, dtype=torch.int32))
     if name == "Embed":
         return Embed(), (torch.randint(0, 50, (2, 8)),)
     if name == "Attention":
@@ -93,7 +107,7 @@ def _inputs(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     return Misc(), (torch.randn(6, 8), torch.randn(6, 8))
 
 
-MODELS = ["Block", "Attention", "Misc", "Embed"]
+MODELS = ["Block", "Attention", "Misc", "Embed", "Kitchen"]
 
 
 @functools.cache
