@@ -44,7 +44,7 @@ TORCH_TO_HLO: dict[torch.dtype, str] = {
 }
 HLO_TO_TORCH: dict[str, torch.dtype] = {v: k for k, v in TORCH_TO_HLO.items()}
 
-# Reduction kinds -> (combiner opcode, identity value as a function of the dtype).
+# Reduction kinds -> the opcode of the scalar combiner computation (identities: _identity).
 _REDUCERS: dict[str, str] = {"add": "add", "max": "maximum", "min": "minimum", "mul": "multiply",
                              "and": "and", "or": "or"}
 

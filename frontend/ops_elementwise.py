@@ -146,6 +146,7 @@ def masked_fill(b: HloBuilder, x: Instruction, mask: Instruction, value: Value) 
 
 
 def _logical(opcode: str):
+    """logical_and / logical_or: operands converted to pred (nonzero is true), then ``and``/``or``."""
     def rule(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
         return b.binary(opcode, b.convert(x, "pred"), b.convert(y, "pred"))
 
