@@ -21,7 +21,7 @@ class BackendOptions:
     stationary_buffers: int = 2  # rotating buffers for the stationary operand of one P-block
     moving_buffers: int = 2  # rotating buffers when the moving operand is streamed
     moving_resident_bytes: int = 96 * 1024  # per partition: keep the moving operand resident below this
-    transpose_chunk: int = 2048  # columns of a row block loaded per DMA before PE transposes
+    transpose_chunk: int = 512  # columns of a row block loaded per DMA before PE transposes
     strided_dma_max_elements: int = 4096  # below this, read K-minor operands with an element-wise DMA
     output_buffers: int = 4  # rotating SBUF tiles for the results of an epilogue
 

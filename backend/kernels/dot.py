@@ -176,14 +176,15 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag)
         stat.bind(pools)
         mov.bind(pools)
-        mov_tile = None
-        if resident:
-            mov_tile = pools["mov"].next()
-            mov.load(mov_tile, 0, F, F)
+        mov_tile = pools["mov"].next() if resident else None
         for p0 in range(0, P, pmax):
             pw = min(pmax, P - p0)
             stat_tile = pools["stat"].next()
             stat.load(stat_tile, p0, pw, pmax)
+            if resident and p0 == 0:
+                # after the first stationary block, so PE starts as soon as K-tile 0 of moving is in
+                assert mov_tile is not None
+                mov.load(mov_tile, 0, F, F)
             for grp in groups:
                 g0 = grp[0][0]
                 gcols = grp[-1][0] + grp[-1][1] - g0

@@ -55,9 +55,11 @@ class KOperand:
         if self.method in ("cast", "strided_cast"):
             return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
         if self.method == "transpose":
-            specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, 2)]
+            # all row chunks of one column block in flight, so its loads are not queued behind others
+            bufs = min(8, -(-self.K // self.chunk) + 1)
+            specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, bufs)]
             if self.view.stored_dtype != self.compute:
-                specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), 2))
+                specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), bufs))
             return specs
         return []
 
