@@ -6,8 +6,10 @@ import copy
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from isa.emulator import run_program
+from isa.emulator import checks, run_program
 from isa.errors import DeadlockError, ProgramError, RaceError, RuleViolation, UninitializedReadError
 from isa.target import Target, load_target
 from tests.isa.emulator_helpers import hb, ins, program, ps, sb
@@ -221,3 +223,55 @@ def test_interleaved_strided_writes_do_not_race():
     insts.append(ins("dve", "memset", dst=sb(0, 128, 8, [[1, 1]])))  # hits one of pool's elements
     with pytest.raises(RaceError, match=r"bytes \[8, 12\): instruction #0 pool.memset writes"):
         run(insts, check=True)
+
+
+# differential test: pruning the race detector's history must not change what it reports ------
+
+REGIONS = [(p0, p1, off, pattern) for p0, p1 in ((0, 32), (32, 64), (0, 64))
+           for off in (0, 16) for pattern in ([[1, 4]], [[2, 4]])]
+
+
+@st.composite
+def random_programs(draw):
+    insts = []
+    for _ in range(draw(st.integers(3, 14))):
+        engine = draw(st.sampled_from(["act", "dve", "pool", "sp"]))
+        p0, p1, off, pattern = draw(st.sampled_from(REGIONS))
+        dst = sb(p0, p1, off, pattern)
+        src_p0, src_p1, src_off, src_pattern = draw(st.sampled_from([r for r in REGIONS if r[1] - r[0] == p1 - p0]))
+        src = sb(src_p0, src_p1, 64 + src_off, src_pattern)
+        waits = [(3, 1)]  # the sources are initialized
+        waits += draw(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 2)), max_size=1))
+        signals = draw(st.lists(st.integers(0, 2), max_size=2))
+        if engine == "sp":
+            insts.append(ins("sp", "dma", dst=dst, src=src, queue=draw(st.integers(0, 2)), waits=waits,
+                             signals=signals))
+        elif engine != "act" and draw(st.booleans()):
+            insts.append(ins(engine, "memset", dst=dst, waits=waits, signals=signals))
+        else:
+            insts.append(ins(engine, "tensor_copy", dst=dst, src=src, waits=waits, signals=signals))
+    init = ins("pool", "memset", dst=sb(0, 64, 64, [[1, 16]]), signals=[3])
+    return [init, *insts]
+
+
+def outcome(insts) -> str:
+    try:
+        run(insts, check=True)
+    except (RaceError, UninitializedReadError, DeadlockError) as e:
+        return f"{type(e).__name__}: {e}".split(" and ")[-1]  # the access that was flagged
+    return "ok"
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_programs())
+def test_pruning_never_changes_the_verdict(insts):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checks, "PRUNE_EVERY", 1)  # prune after every instruction
+        pruned = outcome(insts)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checks, "PRUNE_EVERY", 1 << 30)
+        mp.setattr(checks, "_covers", lambda big, small: False)
+        full = outcome(insts)
+    assert pruned.startswith(full.split(":")[0])
+    if full.startswith("RaceError"):
+        assert pruned == full

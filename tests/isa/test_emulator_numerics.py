@@ -7,6 +7,8 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from isa.emulator import run_program
 from isa.errors import InputError
@@ -254,3 +256,34 @@ def test_wrong_inputs_raise_input_error(given, match):
                    [ins("sp", "dma", dst=hb("y", 0, [[8, 2], [1, 8]]), src=hb("x", 0, [[8, 2], [1, 8]]))])
     with pytest.raises(InputError, match=match):
         run_program(prog, given)
+
+
+@st.composite
+def strided_reads(draw):
+    """An in-bounds HBM pattern over a flat 256-element tensor: partition pair plus two free pairs."""
+    parts = draw(st.integers(1, 8))
+    dims = [(draw(st.integers(0, 9)), draw(st.integers(1, 5))) for _ in range(2)]
+    pstride = draw(st.integers(0, 12))
+    reach = pstride * (parts - 1) + sum(s * (c - 1) for s, c in dims)
+    offset = draw(st.integers(0, 255 - reach)) if reach <= 255 else None
+    return parts, pstride, dims, offset
+
+
+@settings(max_examples=40, deadline=None)
+@given(strided_reads(), st.sampled_from(["f32", "bf16"]))
+def test_strided_dma_matches_numpy_as_strided(case, dt):
+    parts, pstride, dims, offset = case
+    assume(offset is not None)
+    size = 4 if dt == "f32" else 2
+    free = dims[0][1] * dims[1][1]
+    flat = np.arange(256, dtype=np.float32).astype(NP_DT[dt])
+    insts = [ins("sp", "dma", dst=sb(0, parts, 0, [[1, free]], dt),
+                 src=hb("x", offset * size, [[pstride, parts], *dims], dt), signals=[0]),
+             ins("sp", "dma", dst=hb("y", 0, [[free, parts], [1, free]], dt), src=sb(0, parts, 0, [[1, free]], dt),
+                 waits=[(0, 1)])]
+    prog = program([("x", "input", dt, (256,)), ("y", "output", dt, (parts, free))], insts)
+    out = run_program(prog, {"x": flat}, check=True).outputs["y"]
+    shape = (parts, dims[0][1], dims[1][1])
+    strides = tuple(s * size for s in (pstride, dims[0][0], dims[1][0]))
+    ref = np.lib.stride_tricks.as_strided(flat[offset:], shape, strides).reshape(parts, free)
+    np.testing.assert_array_equal(out, ref)
