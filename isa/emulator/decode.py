@@ -44,10 +44,7 @@ class Op:
     hbm_read: int = 0
     hbm_write: int = 0
     label: str = field(default="", repr=False)
-
-    @property
-    def is_load(self) -> bool:
-        return self.opcode == "load_stationary"
+    is_load: bool = False  # load_stationary: may overlap the previous PE instruction
 
 
 class PeArray:
@@ -65,7 +62,8 @@ class Ctx:
     views: dict[str, np.ndarray]
     pe: PeArray
 
-    def attr(self, name: str):
+    def attr(self, name: str) -> int | float | str:
+        """The attribute's value, or its default from the opcode table."""
         if name in self.inst.attrs:
             return self.inst.attrs[name]
         for a in OPCODES[self.inst.opcode].attrs:
@@ -220,7 +218,8 @@ def decode_program(program: Program, target: Target, memory: Memory) -> list[Op]
                 signals=tuple(int(s) for s in inst.signals),
                 duration=COSTS[spec.cost](target, inst),
                 run=BUILDERS[inst.opcode](Ctx(inst, views, pe)),
-                reads=reads, writes=writes, label=describe(index, inst))
+                reads=reads, writes=writes, label=describe(index, inst),
+                is_load=inst.opcode == "load_stationary")
         if inst.opcode == "load_stationary":
             stationary_k = inst.operands["src"].partitions
         elif inst.opcode == "multiply_moving":

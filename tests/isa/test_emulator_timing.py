@@ -144,3 +144,14 @@ def test_pe_dma_pipeline_is_bounded_by_dma():
     assert profile.engine_busy["pe"] < 0.1
     assert set(profile.stalls["pe"]) <= {"dma.q0", "dma.q1", "dma.q2"}
     assert profile.mfu == approx(tiles * 128 * 128 * n / (128 * 128 * elapsed * PE_GHZ))
+
+
+def test_trn2_vector_engine_runs_bf16_at_its_faster_rate():
+    trn2 = load_target("trn2")
+    rate, ghz = trn2.data["stream"]["bf16_rate"]["dve"], trn2.clock_ghz("dve")
+    n = 2048
+    for dt, per_element in (("bf16", 1 / rate), ("f32", 1.0)):
+        insts = [ins("dve", "tensor_scalar", dst=sb(0, 128, 16384, [[1, n]], dt), src=sb(0, 128, 0, [[1, n]], dt),
+                     op="add", scalar=1.0)]
+        elapsed, _ = time_ns(insts, target=trn2)
+        assert elapsed == approx((n * per_element + 60) / ghz)
