@@ -138,30 +138,35 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     pmax = min(parts, P, builder.target.data["pe"]["max_m"])
     nk = -(-K // parts)
     f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
-    group = max(1, min(opts.group_banks, opts.psum_acc_banks // 2 or 1))
-    groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
     csz = itemsize(plan.compute)
+    n_p = -(-P // pmax)
+    stat_bytes, mov_bytes = pmax * itemsize(stat_full.stored_dtype), mt * itemsize(mov_full.stored_dtype)
 
     index0 = (0,) * nb
     stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat")
     mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov")
     loader = LeafLoader(builder, plan.epilogue, p_axis, f_axis, plan.name)
     n_temps = temps_needed(plan.epilogue)
-    common = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-              PoolSpec("temps", "sbuf", mt * 4, 2 * n_temps),
-              PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype), opts.output_buffers),
-              PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers)]
-    common += stat0.specs(pmax) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
-    if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
-        common.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
-    resident_bytes = nk * F * csz
-    resident_specs = common + [PoolSpec("mov", "sbuf", resident_bytes, 1)] + mov0.specs(F)
-    resident = resident_bytes <= opts.moving_resident_bytes and builder.alloc.fits(resident_specs)
-    if resident:
-        specs = resident_specs
-    else:
-        gcols = min(F, group * mt)
-        specs = common + [PoolSpec("mov", "sbuf", nk * gcols * csz, opts.moving_buffers)] + mov0.specs(gcols)
+
+    def pool_specs(resident: bool) -> tuple[list[PoolSpec], int, int]:
+        # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
+        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes)
+        specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
+                 PoolSpec("temps", "sbuf", mt * 4, 2 * n_temps),
+                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype), opts.output_buffers),
+                 PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers * blocks)]
+        specs += stat0.specs(pmax, blocks) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
+        if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
+            specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
+        cols = F if resident else min(F, group * mt)
+        specs += [PoolSpec("mov", "sbuf", nk * cols * csz, 1 if resident else opts.moving_buffers)]
+        return specs + mov0.specs(cols), blocks, group
+
+    specs, blocks, group = pool_specs(True)
+    resident = nk * F * csz <= opts.moving_resident_bytes and builder.alloc.fits(specs)
+    if not resident:
+        specs, blocks, group = pool_specs(False)
+    groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
     psum_banks = sum(s.bufs for s in specs if s.memory == "psum")
     if psum_banks > builder.alloc.banks:
         raise CompilationError(f"{plan.where}: needs {psum_banks} PSUM banks; lower psum_acc_banks")
@@ -169,6 +174,8 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     loader.bind(pools)
     builder.useful_macs += plan.macs
 
+    p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
+    supers = [p_blocks[i:i + blocks] for i in range(0, len(p_blocks), blocks)]
     for index in itertools.product(*(range(d) for d in plan.batch_dims)):
         fixed = dict(enumerate(index))
         tag = f"{plan.name}{list(index) if index else ''}"
@@ -177,41 +184,62 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         stat.bind(pools)
         mov.bind(pools)
         mov_tile = pools["mov"].next() if resident else None
-        for p0 in range(0, P, pmax):
-            pw = min(pmax, P - p0)
-            stat_tile = pools["stat"].next()
-            stat.load(stat_tile, p0, pw, pmax)
-            if resident and p0 == 0:
-                # after the first stationary block, so PE starts as soon as K-tile 0 of moving is in
-                assert mov_tile is not None
-                mov.load(mov_tile, 0, F, F)
+        for si, sb in enumerate(supers):
+            stat_tiles = []
+            for p0, pw in sb:
+                stat_tiles.append(pools["stat"].next())
+                stat.load(stat_tiles[-1], p0, pw, pmax)
             for grp in groups:
                 g0 = grp[0][0]
                 gcols = grp[-1][0] + grp[-1][1] - g0
                 if resident:
+                    assert mov_tile is not None
+                    if si == 0:  # column group by column group, so PE starts on the first one early
+                        mov.load(mov_tile, g0, gcols, F, at=g0)
                     base, mcols = 0, F
                 else:
                     mov_tile = pools["mov"].next()
                     mov.load(mov_tile, g0, gcols, gcols)
                     base, mcols = g0, gcols
-                assert mov_tile is not None
-                accs = [pools["acc"].next() for _ in grp]
+                accs = {(p0, f0): pools["acc"].next() for p0, _ in sb for f0, _ in grp}
                 for kt in range(nk):
                     kp = mov.k_rows(kt)
-                    builder.load_stationary(stat_tile.flat(plan.compute, kp, pw, kt * pmax),
-                                            f"{tag} p{p0} k{kt}")
-                    for (f0, fw), acc in zip(grp, accs, strict=True):
-                        builder.multiply_moving(acc.flat("f32", pw, fw),
-                                                mov_tile.flat(plan.compute, kp, fw, kt * mcols + f0 - base),
-                                                acc=kt > 0, comment=f"{tag} p{p0} f{f0} k{kt}")
-                for (f0, fw), acc in zip(grp, accs, strict=True):
-                    label = f"{tag} p{p0} f{f0}"
-                    operands = loader.load(fixed, p0, pw, f0, fw)
-                    dst = pools["out"].next().flat(plan.out.dtype, pw, fw)
-                    TileEvaluator(builder, pools["temps"], pw, fw, operands, acc=acc.flat("f32", pw, fw),
-                                  label=label).run(plan.epilogue, dst)
-                    builder.dma(plan.out.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst, f"{label} store")
+                    for (p0, pw), stat_tile in zip(sb, stat_tiles, strict=True):
+                        builder.load_stationary(stat_tile.flat(plan.compute, kp, pw, kt * pmax),
+                                                f"{tag} p{p0} k{kt}")
+                        for f0, fw in grp:
+                            builder.multiply_moving(accs[p0, f0].flat("f32", pw, fw),
+                                                    mov_tile.flat(plan.compute, kp, fw, kt * mcols + f0 - base),
+                                                    acc=kt > 0, comment=f"{tag} p{p0} f{f0} k{kt}")
+                for p0, pw in sb:
+                    for f0, fw in grp:
+                        label = f"{tag} p{p0} f{f0}"
+                        operands = loader.load(fixed, p0, pw, f0, fw)
+                        dst = pools["out"].next().flat(plan.out.dtype, pw, fw)
+                        acc = accs[p0, f0].flat("f32", pw, fw)
+                        TileEvaluator(builder, pools["temps"], pw, fw, operands, acc=acc, label=label).run(
+                            plan.epilogue, dst)
+                        builder.dma(plan.out.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst,
+                                    f"{label} store")
     builder.alloc.end_kernel()
+
+
+def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int) -> tuple[int, int]:
+    """(R, G): R stationary blocks x G moving tiles accumulate together (R*G PSUM banks, half the
+    accumulator pool so the next group never waits for an epilogue). Minimizes the operand bytes that
+    must arrive per unit of PE work, (R * stat_bytes + G * mov_bytes) / (R * G), which sets how long PE
+    waits for its first results; ties go to larger G (fewer stationary loads)."""
+    budget = max(1, opts.psum_acc_banks // 2)
+    best: tuple[tuple[float, int], int, int] | None = None
+    for r in range(1, min(n_p, opts.max_stationary_blocks) + 1):
+        for g in range(1, min(n_f, opts.group_banks) + 1):
+            if r * g > budget:
+                continue
+            key = ((r * stat_bytes + g * mov_bytes) / (r * g), -g)
+            if best is None or key < best[0]:
+                best = (key, r, g)
+    assert best is not None
+    return best[1], best[2]
 
 
 def _index(view: View, index: tuple[int, ...]) -> View:

@@ -1,7 +1,7 @@
 """Matmul operands: bringing a [K, C] view into SBUF with K (the contraction) on partitions.
 
 The SBUF image of columns [c0, c0 + cn) is one buffer of [128 partitions x nK * cols] where K-tile kt
-(rows kt*128 ...) occupies free elements [kt * cols, kt * cols + cn). How it gets there depends on the
+(rows kt*128 ...) occupies free elements [kt * cols + at, kt * cols + at + cn). How it gets there depends on the
 view's strides (method chosen once per operand):
 - "direct":    C is contiguous in HBM: one DMA per K-tile (rows of K on partitions).
 - "cast":      as direct, into a staging tile of the stored dtype, then a converting copy (auto-cast).
@@ -48,15 +48,16 @@ class KOperand:
         self.chunk = min(self.K, builder.options.transpose_chunk)
         self.pools: dict[str, Pool] = {}
 
-    def specs(self, cols: int) -> list[PoolSpec]:
-        """Staging pools this operand needs to load up to `cols` columns at a time."""
+    def specs(self, cols: int, blocks: int = 1) -> list[PoolSpec]:
+        """Staging pools this operand needs to load up to `cols` columns at a time, `blocks` column
+        blocks of 128 back to back."""
         stored = itemsize(self.view.stored_dtype)
         r = self.role
         if self.method in ("cast", "strided_cast"):
             return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
         if self.method == "transpose":
-            # all row chunks of one column block in flight, so its loads are not queued behind others
-            bufs = min(8, -(-self.K // self.chunk) + 1)
+            # all row chunks of the column blocks in flight, so their loads are not queued behind others
+            bufs = min(16, blocks * -(-self.K // self.chunk) + 1)
             specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, bufs)]
             if self.view.stored_dtype != self.compute:
                 specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), bufs))
@@ -77,15 +78,16 @@ class KOperand:
         return min(self.parts, self.K - kt * self.parts)
 
     # -- loading --------------------------------------------------------------------------------------------
-    def load(self, dst: Tile, c0: int, cn: int, cols: int) -> None:
-        """Emit the loads of columns [c0, c0+cn) of every K-tile into `dst` (K-tile stride `cols`)."""
+    def load(self, dst: Tile, c0: int, cn: int, cols: int, at: int = 0) -> None:
+        """Emit the loads of columns [c0, c0+cn) of every K-tile into `dst`, at column `at` of each
+        K-tile (K-tile stride `cols`)."""
         self.b.place(self.view)
         if self.method == "transpose":
-            self._load_transposed(dst, c0, cn, cols)
+            self._load_transposed(dst, c0, cn, cols, at)
             return
         for kt in range(self.nk):
             kp = self.k_rows(kt)
-            target = dst.flat(self.compute, kp, cn, kt * cols)
+            target = dst.flat(self.compute, kp, cn, kt * cols + at)
             src = self.view.hbm_ap(0, kt * self.parts, kp, [(1, c0, cn)])
             label = f"{self.tag} k{kt} c{c0}"
             if self.method in ("direct", "strided"):
@@ -95,7 +97,7 @@ class KOperand:
                 self.b.dma(stage, src, f"{label} load")
                 self.b.copy(target, stage, f"{label} cast", engines=("act", "dve", "pool"))
 
-    def _load_transposed(self, dst: Tile, c0: int, cn: int, cols: int) -> None:
+    def _load_transposed(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> None:
         b, parts = self.b, self.parts
         ident = b.identity(self.compute)
         stored = self.view.stored_dtype
@@ -112,7 +114,7 @@ class KOperand:
                     b.copy(conv, rows, f"{label} cast rows", engines=("act", "dve", "pool"))
                     rows = conv
                 blocks = [(k0 + j, min(parts, kw - j)) for j in range(0, kw, parts)]
-                self._transpose_blocks(rows, blocks, k0, cw, ident, dst, cb - c0, cols, label)
+                self._transpose_blocks(rows, blocks, k0, cw, ident, dst, at + cb - c0, cols, label)
 
     def _transpose_blocks(self, rows, blocks, k0, cw, ident: Tile, dst: Tile, col, cols, label) -> None:
         """PE-transpose [cw, kbw] blocks of `rows` into K-tiles of `dst`, 4 blocks per PSUM bank."""
