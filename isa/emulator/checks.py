@@ -68,13 +68,13 @@ def is_dense(ap: AccessPattern) -> bool:
     return True
 
 
-def footprint(ap: AccessPattern) -> np.ndarray:
-    """Sorted unique byte offsets an access touches (per partition on chip, in the tensor in HBM)."""
+def element_offsets(ap: AccessPattern) -> np.ndarray:
+    """Byte offset of every element an access touches (per partition on chip, in the tensor in HBM)."""
     size = DTYPES[ap.dtype].itemsize
     offsets = np.array([ap.offset], dtype=np.int64)
     for stride, count in _dims(ap):
-        offsets = (offsets[:, None] + np.arange(count, dtype=np.int64) * stride * size).reshape(-1)
-    return np.unique((offsets[:, None] + np.arange(size, dtype=np.int64)).reshape(-1))
+        offsets = (offsets[:, None] + np.arange(count, dtype=np.int64) * (stride * size)).reshape(-1)
+    return offsets
 
 
 def make_access(ap: AccessPattern, write: bool, label: str) -> Access:
@@ -292,8 +292,20 @@ def _overlap(a: Access, b: Access) -> tuple[int, int] | None:
     """[lo, hi) of the bytes both accesses touch (per partition on chip), None if they touch none."""
     if a.dense and b.dense:
         return max(a.lo, b.lo), min(a.hi, b.hi)  # the boxes overlap (the caller checked), both solid
-    common = np.intersect1d(footprint(a.ap), footprint(b.ap), assume_unique=True)
-    return (int(common[0]), int(common[-1]) + 1) if common.size else None
+    lo, hi = max(a.lo, b.lo), min(a.hi, b.hi)
+    touched_a, touched_b = _bytes_in(a.ap, lo, hi), _bytes_in(b.ap, lo, hi)
+    common = np.flatnonzero(touched_a & touched_b)
+    return (lo + int(common[0]), lo + int(common[-1]) + 1) if common.size else None
+
+
+def _bytes_in(ap: AccessPattern, lo: int, hi: int) -> np.ndarray:
+    """Bitmap of the bytes of [lo, hi) an access touches (no sorting: linear in its elements)."""
+    touched = np.zeros(hi - lo, dtype=bool)
+    starts = element_offsets(ap) - lo
+    for byte in range(DTYPES[ap.dtype].itemsize):
+        at = starts + byte
+        touched[at[(at >= 0) & (at < hi - lo)]] = True
+    return touched
 
 
 def _race_message(first: Access, second: Access, common: tuple[int, int]) -> str:
