@@ -125,10 +125,11 @@ class ProgramBuilder:
         return self.emit("pe", "multiply_moving", comment, {"acc": int(acc)}, dst=dst, src=src)
 
     # -- DMA --------------------------------------------------------------------------------------------------
-    def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "") -> None:
-        """Copy src to dst, split into several transfers (spread over queues) when large."""
+    def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "", split: int | None = None) -> None:
+        """Copy src to dst, split into transfers of about `split` bytes (default: the option) when large;
+        the scheduler spreads them over the queues."""
         assert dst.partitions == src.partitions and dst.free_size == src.free_size, (dst, src)
-        limit = self.options.dma_split_bytes
+        limit = split or self.options.dma_split_bytes
         per_partition = dst.free_size * dst.itemsize
         group = dst.partitions
         if dst.nbytes > limit and dst.partitions > 32:

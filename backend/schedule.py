@@ -41,8 +41,9 @@ def _sem(stream: str) -> int:
 
 
 def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int,
-                  enabled: bool = True) -> tuple[list[int], dict[int, int]]:
-    """Placement order and DMA queue of every instruction."""
+                  enabled: bool = True, estimate: dict[int, tuple[float, float]] | None = None
+                  ) -> tuple[list[int], dict[int, int]]:
+    """Placement order and DMA queue of every instruction; `estimate` receives (start, end) in ns."""
     n = len(ops)
     succs: list[list[int]] = [[] for _ in range(n)]
     indeg = [0] * n
@@ -103,6 +104,8 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
             finish[i] = start + costs.duration(inst)
             engine_free[engine] = finish[i]
         order.append(i)
+        if estimate is not None:
+            estimate[i] = (start, finish[i])
         for s in succs[i]:
             ready_at[s] = max(ready_at[s], finish[i])
             indeg[s] -= 1

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from backend.alloc import PoolSpec
+from backend.alloc import PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
 from backend.kernels.leaves import LeafLoader
@@ -184,23 +184,34 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         stat.bind(pools)
         mov.bind(pools)
         mov_tile = pools["mov"].next() if resident else None
+
+        def load_stationary_blocks(sb: list[tuple[int, int]], operand: KOperand = stat) -> list[Tile]:
+            tiles = [pools["stat"].next() for _ in sb]
+            for (p0, pw), tile in zip(sb, tiles, strict=True):
+                operand.load(tile, p0, pw, pmax)
+            return tiles
+
+        next_tiles = load_stationary_blocks(supers[0])
+        if resident:  # column group by column group, so PE can start on the first group early
+            assert mov_tile is not None
+            mov.load(mov_tile, 0, F, F)
         for si, sb in enumerate(supers):
-            stat_tiles = []
-            for p0, pw in sb:
-                stat_tiles.append(pools["stat"].next())
-                stat.load(stat_tiles[-1], p0, pw, pmax)
-            for grp in groups:
+            stat_tiles = next_tiles
+            # software pipelining: the next blocks' loads (and PE transposes, which PE runs in program
+            # order) come after this block's first group, so their PSUM evacuations overlap the other
+            # groups; after the last group for the first block, whose neighbour arrives late
+            prefetch_after = len(groups) - 1 if si == 0 else 0
+            for gi, grp in enumerate(groups):
                 g0 = grp[0][0]
                 gcols = grp[-1][0] + grp[-1][1] - g0
+                last = si == len(supers) - 1 and gi == len(groups) - 1
                 if resident:
-                    assert mov_tile is not None
-                    if si == 0:  # column group by column group, so PE starts on the first one early
-                        mov.load(mov_tile, g0, gcols, F, at=g0)
                     base, mcols = 0, F
                 else:
                     mov_tile = pools["mov"].next()
                     mov.load(mov_tile, g0, gcols, gcols)
                     base, mcols = g0, gcols
+                assert mov_tile is not None
                 accs = {(p0, f0): pools["acc"].next() for p0, _ in sb for f0, _ in grp}
                 for kt in range(nk):
                     kp = mov.k_rows(kt)
@@ -219,8 +230,12 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                         acc = accs[p0, f0].flat("f32", pw, fw)
                         TileEvaluator(builder, pools["temps"], pw, fw, operands, acc=acc, label=label).run(
                             plan.epilogue, dst)
+                        # the kernel's last stores are its tail latency: split them finer
+                        split = opts.dma_split_bytes // 4 if last else None
                         builder.dma(plan.out.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst,
-                                    f"{label} store")
+                                    f"{label} store", split)
+                if gi == prefetch_after and si + 1 < len(supers):
+                    next_tiles = load_stationary_blocks(supers[si + 1])
     builder.alloc.end_kernel()
 
 
