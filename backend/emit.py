@@ -125,9 +125,11 @@ class ProgramBuilder:
         return self.emit("pe", "multiply_moving", comment, {"acc": int(acc)}, dst=dst, src=src)
 
     # -- DMA --------------------------------------------------------------------------------------------------
-    def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "", split: int | None = None) -> None:
-        """Copy src to dst, split into transfers of about `split` bytes (default: the option) when large;
-        the scheduler spreads them over the queues."""
+    def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "", split: int | None = None,
+            min_run: int = 2048) -> None:
+        """Copy src to dst, split into transfers of about `split` bytes (default: the option) when large,
+        keeping contiguous runs of at least `min_run` bytes per partition (smaller runs pay the DMA
+        descriptor overhead); the scheduler spreads them over the queues."""
         assert dst.partitions == src.partitions and dst.free_size == src.free_size, (dst, src)
         limit = split or self.options.dma_split_bytes
         per_partition = dst.free_size * dst.itemsize
@@ -138,19 +140,20 @@ class ProgramBuilder:
         for p0 in range(0, dst.partitions, group):
             pn = min(group, dst.partitions - p0)
             d, s = _sub_partitions(dst, p0, pn), _sub_partitions(src, p0, pn)
-            pieces = self._free_pieces(d, s, limit)
+            pieces = self._free_pieces(d, s, limit, min_run)
             for i0, n in pieces:
                 dd, ss = (d, s) if len(pieces) == 1 else (_sub_outer(d, i0, n), _sub_outer(s, i0, n))
                 self.emit("sp", "dma", comment, dst=dd, src=ss)
 
-    def _free_pieces(self, dst: AccessPattern, src: AccessPattern, limit: int) -> list[tuple[int, int]]:
+    @staticmethod
+    def _free_pieces(dst: AccessPattern, src: AccessPattern, limit: int, min_run: int) -> list[tuple[int, int]]:
         """Split of the outermost free dim (same count on both sides) into pieces of about `limit` bytes,
-        keeping at least 2 KiB contiguous per partition."""
+        keeping at least `min_run` bytes contiguous per partition."""
         count = dst.pattern[0][1]
         if dst.nbytes <= limit or count < 2 or src.pattern[0][1] != count:
             return [(0, count)]
         inner_bytes = dst.nbytes // count // dst.partitions
-        min_piece = max(1, -(-2048 // max(1, inner_bytes)))
+        min_piece = max(1, -(-min_run // max(1, inner_bytes)))
         k = min(-(-dst.nbytes // limit), count // min_piece)
         if k < 2:
             return [(0, count)]

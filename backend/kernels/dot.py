@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
-from backend.alloc import PoolSpec, Tile
+from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
 from backend.kernels.leaves import LeafLoader
@@ -177,66 +177,100 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
     supers = [p_blocks[i:i + blocks] for i in range(0, len(p_blocks), blocks)]
     for index in itertools.product(*(range(d) for d in plan.batch_dims)):
-        fixed = dict(enumerate(index))
         tag = f"{plan.name}{list(index) if index else ''}"
         stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag)
         mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag)
         stat.bind(pools)
         mov.bind(pools)
-        mov_tile = pools["mov"].next() if resident else None
-
-        def load_stationary_blocks(sb: list[tuple[int, int]], operand: KOperand = stat) -> list[Tile]:
-            tiles = [pools["stat"].next() for _ in sb]
-            for (p0, pw), tile in zip(sb, tiles, strict=True):
-                operand.load(tile, p0, pw, pmax)
-            return tiles
-
-        next_tiles = load_stationary_blocks(supers[0])
-        if resident:  # column group by column group, so PE can start on the first group early
-            assert mov_tile is not None
-            mov.load(mov_tile, 0, F, F)
-        for si, sb in enumerate(supers):
-            stat_tiles = next_tiles
-            # software pipelining: the next blocks' loads (and PE transposes, which PE runs in program
-            # order) come after this block's first group, so their PSUM evacuations overlap the other
-            # groups; after the last group for the first block, whose neighbour arrives late
-            prefetch_after = len(groups) - 1 if si == 0 else 0
-            for gi, grp in enumerate(groups):
-                g0 = grp[0][0]
-                gcols = grp[-1][0] + grp[-1][1] - g0
-                last = si == len(supers) - 1 and gi == len(groups) - 1
-                if resident:
-                    base, mcols = 0, F
-                else:
-                    mov_tile = pools["mov"].next()
-                    mov.load(mov_tile, g0, gcols, gcols)
-                    base, mcols = g0, gcols
-                assert mov_tile is not None
-                accs = {(p0, f0): pools["acc"].next() for p0, _ in sb for f0, _ in grp}
-                for kt in range(nk):
-                    kp = mov.k_rows(kt)
-                    for (p0, pw), stat_tile in zip(sb, stat_tiles, strict=True):
-                        builder.load_stationary(stat_tile.flat(plan.compute, kp, pw, kt * pmax),
-                                                f"{tag} p{p0} k{kt}")
-                        for f0, fw in grp:
-                            builder.multiply_moving(accs[p0, f0].flat("f32", pw, fw),
-                                                    mov_tile.flat(plan.compute, kp, fw, kt * mcols + f0 - base),
-                                                    acc=kt > 0, comment=f"{tag} p{p0} f{f0} k{kt}")
-                for p0, pw in sb:
-                    for f0, fw in grp:
-                        label = f"{tag} p{p0} f{f0}"
-                        operands = loader.load(fixed, p0, pw, f0, fw)
-                        dst = pools["out"].next().flat(plan.out.dtype, pw, fw)
-                        acc = accs[p0, f0].flat("f32", pw, fw)
-                        TileEvaluator(builder, pools["temps"], pw, fw, operands, acc=acc, label=label).run(
-                            plan.epilogue, dst)
-                        # the kernel's last stores are its tail latency: split them finer
-                        split = opts.dma_split_bytes // 4 if last else None
-                        builder.dma(plan.out.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst,
-                                    f"{label} store", split)
-                if gi == prefetch_after and si + 1 < len(supers):
-                    next_tiles = load_stationary_blocks(supers[si + 1])
+        loop = _Loop(builder, plan, pools, loader, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
+                     pmax, nk)
+        loop.run(supers, f_tiles, groups, resident, F)
     builder.alloc.end_kernel()
+
+
+class _Loop:
+    """The loop nest of one batch: super-blocks of R stationary blocks x groups of G moving tiles x
+    K-tiles, with software-pipelined stationary loads and fused epilogues."""
+
+    def __init__(self, builder: ProgramBuilder, plan: DotPlan, pools: dict[str, Pool], loader: LeafLoader,
+                 stat: KOperand, mov: KOperand, fixed: dict[int, int], tag: str, p_axis: int, f_axis: int,
+                 pmax: int, nk: int):
+        self.b, self.plan, self.pools, self.loader = builder, plan, pools, loader
+        self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
+        self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
+
+    def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Tile]:
+        tiles = [self.pools["stat"].next() for _ in sb]
+        for (p0, pw), tile in zip(sb, tiles, strict=True):
+            self.stat.load(tile, p0, pw, self.pmax)
+        return tiles
+
+    def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
+        opts = self.b.options
+        mov_tile = self.pools["mov"].next() if resident else None
+        loaded = [self.load_stationary_blocks(supers[0])]
+        if resident:
+            # PE idles until the resident moving operand is in: load (and transpose) the next blocks
+            # first, then the moving operand K-tile by K-tile
+            if len(supers) > 1:
+                loaded.append(self.load_stationary_blocks(supers[1]))
+            assert mov_tile is not None
+            self.mov.load(mov_tile, 0, F, F)
+        for si, sb in enumerate(supers):
+            sb_groups = groups
+            if si == 0 and resident:
+                # accumulate every moving tile at once (all accumulator banks, nothing to overlap yet)
+                # so PE keeps pace with the K-tiles as they arrive
+                wide = max(1, opts.psum_acc_banks // len(sb))
+                sb_groups = [f_tiles[i:i + wide] for i in range(0, len(f_tiles), wide)]
+            if si == len(supers) - 1 and len(sb_groups[-1]) > 1:
+                # the kernel's last group is its tail latency: one moving tile at a time
+                sb_groups = sb_groups[:-1] + [[t] for t in sb_groups[-1]]
+            for gi, grp in enumerate(sb_groups):
+                if resident:
+                    assert mov_tile is not None
+                    tile, base, mcols = mov_tile, 0, F
+                else:
+                    g0 = grp[0][0]
+                    gcols = grp[-1][0] + grp[-1][1] - g0
+                    tile, base, mcols = self.pools["mov"].next(), g0, gcols
+                    self.mov.load(tile, g0, gcols, gcols)
+                accs = self.accumulate(sb, loaded[si], grp, tile, base, mcols)
+                last = si == len(supers) - 1 and gi == len(sb_groups) - 1
+                self.epilogues(sb, grp, accs, opts.dma_split_bytes // 4 if last else None)
+                # software pipelining: the next blocks' loads (and PE transposes: PE runs in program
+                # order) after this block's first group, so their PSUM evacuations overlap the rest
+                prefetch_at = len(sb_groups) - 1 if si == 0 else 0
+                if gi >= prefetch_at and len(loaded) == si + 1 and si + 1 < len(supers):
+                    loaded.append(self.load_stationary_blocks(supers[si + 1]))
+
+    def accumulate(self, sb, stat_tiles: list[Tile], grp, mov_tile: Tile, base: int, mcols: int) -> dict:
+        """K-accumulation of R blocks x G moving tiles: each load_stationary serves G matmuls."""
+        b, compute = self.b, self.plan.compute
+        accs = {(p0, f0): self.pools["acc"].next() for p0, _ in sb for f0, _ in grp}
+        for kt in range(self.nk):
+            kp = self.mov.k_rows(kt)
+            for (p0, pw), stat_tile in zip(sb, stat_tiles, strict=True):
+                b.load_stationary(stat_tile.flat(compute, kp, pw, kt * self.pmax), f"{self.tag} p{p0} k{kt}")
+                for f0, fw in grp:
+                    b.multiply_moving(accs[p0, f0].flat("f32", pw, fw),
+                                      mov_tile.flat(compute, kp, fw, kt * mcols + f0 - base),
+                                      acc=kt > 0, comment=f"{self.tag} p{p0} f{f0} k{kt}")
+        return accs
+
+    def epilogues(self, sb, grp, accs: dict, split: int | None) -> None:
+        """PSUM -> epilogue expression -> SBUF -> HBM for every tile of the group."""
+        plan = self.plan
+        for p0, pw in sb:
+            for f0, fw in grp:
+                label = f"{self.tag} p{p0} f{f0}"
+                operands = self.loader.load(self.fixed, p0, pw, f0, fw)
+                dst = self.pools["out"].next().flat(plan.out.dtype, pw, fw)
+                acc = accs[p0, f0].flat("f32", pw, fw)
+                TileEvaluator(self.b, self.pools["temps"], pw, fw, operands, acc=acc, label=label).run(
+                    plan.epilogue, dst)
+                out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
+                self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
 
 
 def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int) -> tuple[int, int]:

@@ -57,7 +57,7 @@ class KOperand:
             return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
         if self.method == "transpose":
             # all row chunks of the column blocks in flight, so their loads are not queued behind others
-            bufs = min(16, blocks * -(-self.K // self.chunk) + 1)
+            bufs = min(16, (blocks + 1) * -(-self.K // self.chunk) + 1)
             specs = [PoolSpec(f"{r}_rows", "sbuf", self.chunk * stored, bufs)]
             if self.view.stored_dtype != self.compute:
                 specs.append(PoolSpec(f"{r}_rows_c", "sbuf", self.chunk * itemsize(self.compute), bufs))
