@@ -148,24 +148,28 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     loader = LeafLoader(builder, plan.epilogue, p_axis, f_axis, plan.name)
     n_temps = temps_needed(plan.epilogue)
 
-    def pool_specs(resident: bool) -> tuple[list[PoolSpec], int, int]:
+    def pool_specs(resident: bool) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
         blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes)
+        first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
+        most = max(blocks, first)
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  PoolSpec("temps", "sbuf", mt * 4, 2 * n_temps),
-                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype), opts.output_buffers),
-                 PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers * blocks)]
-        specs += stat0.specs(pmax, blocks) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
+                 # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
+                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
+                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
+                 PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers * most)]
+        specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
         cols = F if resident else min(F, group * mt)
         specs += [PoolSpec("mov", "sbuf", nk * cols * csz, 1 if resident else opts.moving_buffers)]
-        return specs + mov0.specs(cols), blocks, group
+        return specs + mov0.specs(cols), blocks, group, first
 
-    specs, blocks, group = pool_specs(True)
+    specs, blocks, group, first = pool_specs(True)
     resident = nk * F * csz <= opts.moving_resident_bytes and builder.alloc.fits(specs)
     if not resident:
-        specs, blocks, group = pool_specs(False)
+        specs, blocks, group, first = pool_specs(False)
     groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
     psum_banks = sum(s.bufs for s in specs if s.memory == "psum")
     if psum_banks > builder.alloc.banks:
@@ -175,7 +179,7 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     builder.useful_macs += plan.macs
 
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
-    supers = [p_blocks[i:i + blocks] for i in range(0, len(p_blocks), blocks)]
+    supers = [p_blocks[:first]] + [p_blocks[i:i + blocks] for i in range(first, len(p_blocks), blocks)]
     for index in itertools.product(*(range(d) for d in plan.batch_dims)):
         tag = f"{plan.name}{list(index) if index else ''}"
         stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag)
@@ -208,21 +212,22 @@ class _Loop:
     def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
         opts = self.b.options
         mov_tile = self.pools["mov"].next() if resident else None
+        # first super-block of a resident moving operand: R x G fills every accumulator bank (nothing to
+        # overlap yet), so PE gets the most work per moving byte while the operand streams in
+        wide = max(1, opts.psum_acc_banks // len(supers[0]))
+        first_groups = [f_tiles[i:i + wide] for i in range(0, len(f_tiles), wide)] if resident else groups
         loaded = [self.load_stationary_blocks(supers[0])]
         if resident:
-            # PE idles until the resident moving operand is in: load (and transpose) the next blocks
-            # first, then the moving operand K-tile by K-tile
+            # PE idles until the moving operand is in: load (and transpose) the next blocks first, then
+            # the moving operand column group by column group, in the order the first groups use it
             if len(supers) > 1:
                 loaded.append(self.load_stationary_blocks(supers[1]))
             assert mov_tile is not None
-            self.mov.load(mov_tile, 0, F, F)
+            for grp in first_groups:
+                g0 = grp[0][0]
+                self.mov.load(mov_tile, g0, grp[-1][0] + grp[-1][1] - g0, F, at=g0)
         for si, sb in enumerate(supers):
-            sb_groups = groups
-            if si == 0 and resident:
-                # accumulate every moving tile at once (all accumulator banks, nothing to overlap yet)
-                # so PE keeps pace with the K-tiles as they arrive
-                wide = max(1, opts.psum_acc_banks // len(sb))
-                sb_groups = [f_tiles[i:i + wide] for i in range(0, len(f_tiles), wide)]
+            sb_groups = first_groups if si == 0 else groups
             if si == len(supers) - 1 and len(sb_groups[-1]) > 1:
                 # the kernel's last group is its tail latency: one moving tile at a time
                 sb_groups = sb_groups[:-1] + [[t] for t in sb_groups[-1]]
@@ -271,6 +276,12 @@ class _Loop:
                     plan.epilogue, dst)
                 out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
                 self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
+
+
+def _first_blocks(n_p: int, n_f: int, opts) -> int:
+    """Stationary blocks of the first super-block when the moving operand is resident: enough for
+    two moving tiles per block over all accumulator banks (see _Loop.run)."""
+    return max(1, min(n_p, opts.max_stationary_blocks, opts.psum_acc_banks // max(1, min(n_f, 2))))
 
 
 def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int) -> tuple[int, int]:
