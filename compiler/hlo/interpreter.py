@@ -11,33 +11,37 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from compiler.errors import NeuroncError
-from compiler.hlo.ir import FLOAT_DTYPES, Computation, Instruction, Module, Quoted, numpy_dtype
+from compiler.hlo.interpreter_base import (
+    FLOATS,
+    EvaluationError,
+    Op,
+    Value,
+    accumulator,
+    pad_array,
+    reducer_ufunc,
+    wide,
+)
+from compiler.hlo.interpreter_indexing import INDEXING_OPS
+from compiler.hlo.interpreter_window import WINDOW_OPS
+from compiler.hlo.ir import Computation, Instruction, Module, Quoted, numpy_dtype
 from compiler.hlo.shape_inference import parse_padding
 
+__all__ = ["CUSTOM_CALLS", "OPS", "EvaluationError", "erf", "evaluate", "evaluate_computation", "gelu",
+           "gelu_tanh", "reducer_ufunc", "to_dtype"]
 
-class EvaluationError(NeuroncError):
-    """The interpreter was given wrong inputs, or an instruction it cannot evaluate."""
-
-
-Value = np.ndarray | tuple
-Op = Callable[[Instruction, list[Any]], Value]
-
-_LOW_PRECISION = {numpy_dtype(d) for d in ("bf16", "f16", "f8e4m3fn", "f8e5m2")}
-_FLOATS = {numpy_dtype(d) for d in FLOAT_DTYPES}
+_FP8 = {numpy_dtype(d): float(ml_dtypes.finfo(numpy_dtype(d)).max) for d in ("f8e4m3fn", "f8e5m2")}
 
 
-def _wide(x: np.ndarray) -> np.ndarray:
-    """The array in the type arithmetic is done in: fp32 for low-precision floats, else its own."""
-    return x.astype(np.float32) if x.dtype in _LOW_PRECISION else x
-
-
-def _accumulator(x: np.ndarray) -> np.dtype:
-    if x.dtype in _FLOATS:
-        return np.dtype(np.float64 if x.dtype == np.float64 else np.float32)
-    return np.dtype(np.bool_ if x.dtype == np.bool_ else np.int64)
+def to_dtype(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """``x`` rounded (nearest even) to ``dtype``; fp8 saturates to its largest finite value (inf too), as
+    the hardware and the emulator do, instead of overflowing to NaN (e4m3fn) or inf (e5m2); NaN stays NaN."""
+    limit = _FP8.get(dtype)
+    if limit is not None and x.dtype != dtype:
+        x = np.clip(np.asarray(x, np.float32), -limit, limit)
+    return np.asarray(x).astype(dtype)
 
 
 # ---- special functions ---------------------------------------------------------------------------------
@@ -90,7 +94,8 @@ def _not(x: np.ndarray) -> np.ndarray:
 
 UNARY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs, "negate": np.negative, "sign": np.sign, "not": _not, "copy": np.copy,
-    "exponential": np.exp, "log": np.log, "tanh": np.tanh, "logistic": _logistic, "sqrt": np.sqrt,
+    "exponential": np.exp, "exponential-minus-one": np.expm1, "log": np.log, "log-plus-one": np.log1p,
+    "cbrt": np.cbrt, "tan": np.tan, "is-finite": np.isfinite, "tanh": np.tanh, "logistic": _logistic, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "erf": lambda x: erf(x).astype(x.dtype), "sine": np.sin,
     "cosine": np.cos, "floor": np.floor, "ceil": np.ceil, "round-nearest-even": np.rint,
     "round-nearest-afz": _round_afz,
@@ -108,22 +113,22 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
     "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "remainder": np.fmod,
-    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "atan2": np.arctan2,
 }
 COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
            "GE": np.greater_equal}
 
 
 def _unary_op(fn: Callable) -> Op:
-    return lambda inst, ops: fn(_wide(ops[0]))
+    return lambda inst, ops: fn(wide(ops[0]))
 
 
 def _binary_op(fn: Callable) -> Op:
-    return lambda inst, ops: fn(_wide(ops[0]), _wide(ops[1]))
+    return lambda inst, ops: fn(wide(ops[0]), wide(ops[1]))
 
 
 def _compare(inst: Instruction, ops: list) -> np.ndarray:
-    return COMPARE[inst.attrs["direction"]](_wide(ops[0]), _wide(ops[1]))
+    return COMPARE[inst.attrs["direction"]](wide(ops[0]), wide(ops[1]))
 
 
 def _select(inst: Instruction, ops: list) -> np.ndarray:
@@ -131,7 +136,7 @@ def _select(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _clamp(inst: Instruction, ops: list) -> np.ndarray:
-    lo, x, hi = (_wide(o) for o in ops)
+    lo, x, hi = (wide(o) for o in ops)
     return np.minimum(np.maximum(x, lo), hi)
 
 
@@ -139,11 +144,11 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
     x, target = ops[0], numpy_dtype(inst.shape.dtype)
     if target == np.bool_:
         return x != 0
-    if target.kind in "iu" and x.dtype in _FLOATS:  # truncate, saturate, NaN -> 0 (XLA's semantics)
+    if target.kind in "iu" and x.dtype in FLOATS:  # truncate, saturate, NaN -> 0 (XLA's semantics)
         info = np.iinfo(target)
         wide = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
         return np.clip(wide, info.min, info.max).astype(target)
-    return x.astype(target)
+    return to_dtype(x, target)
 
 
 # ---- data movement ---------------------------------------------------------------------------------------
@@ -171,15 +176,7 @@ def _slice(inst: Instruction, ops: list) -> np.ndarray:
 
 def _pad(inst: Instruction, ops: list) -> np.ndarray:
     x, value = ops
-    config = parse_padding(inst.attrs.get("padding"), x.ndim)
-    inner_dims = [n + max(n - 1, 0) * it for n, (_, _, it) in zip(x.shape, config, strict=True)]
-    inner = np.full(inner_dims, value, dtype=x.dtype)
-    inner[tuple(slice(None, None, it + 1) for _, _, it in config)] = x
-    grown = np.full([n + max(lo, 0) + max(hi, 0) for n, (lo, hi, _) in zip(inner_dims, config, strict=True)],
-                    value, dtype=x.dtype)
-    grown[tuple(slice(max(lo, 0), max(lo, 0) + n) for n, (lo, _, _) in zip(inner_dims, config, strict=True))] = inner
-    return grown[tuple(slice(-min(lo, 0), g + min(hi, 0)) for g, (lo, hi, _) in zip(grown.shape, config,
-                                                                                   strict=True))]
+    return pad_array(x, value, parse_padding(inst.attrs.get("padding"), x.ndim))
 
 
 def _dot(inst: Instruction, ops: list) -> np.ndarray:
@@ -187,7 +184,7 @@ def _dot(inst: Instruction, ops: list) -> np.ndarray:
     lb, rb = list(a.get("lhs_batch_dims", ())), list(a.get("rhs_batch_dims", ()))
     lc, rc = list(a.get("lhs_contracting_dims", ())), list(a.get("rhs_contracting_dims", ()))
     lhs, rhs = ops
-    acc = _accumulator(lhs)
+    acc = accumulator(lhs)
     lhs, rhs = lhs.astype(acc), rhs.astype(acc)
     lf = [i for i in range(lhs.ndim) if i not in lb + lc]
     rf = [i for i in range(rhs.ndim) if i not in rb + rc]
@@ -202,26 +199,13 @@ def _dot(inst: Instruction, ops: list) -> np.ndarray:
 
 # ---- reductions and calls --------------------------------------------------------------------------------
 
-_REDUCERS = {"add": np.add, "multiply": np.multiply, "maximum": np.maximum, "minimum": np.minimum,
-             "and": np.bitwise_and, "or": np.bitwise_or}
-
-
-def reducer_ufunc(comp: Computation) -> np.ufunc | None:
-    """The numpy ufunc a reducer computation amounts to (``p0 op p1`` for a commutative op), else None."""
-    params, root = comp.parameters, comp.root
-    if len(params) != 2 or root is None or root.opcode not in _REDUCERS:
-        return None
-    return _REDUCERS[root.opcode] if {o.uid for o in root.operands} == {p.uid for p in params} and \
-        len(root.operands) == 2 else None
-
-
 def _reduce(inst: Instruction, ops: list) -> Value:
     n = len(ops) // 2
     axes = tuple(inst.attrs["dimensions"])
     ufunc = reducer_ufunc(inst.attrs["to_apply"]) if n == 1 else None
     if ufunc is not None:
         x, init = ops
-        acc = _accumulator(x)
+        acc = accumulator(x)
         return ufunc.reduce(x.astype(acc), axis=axes, initial=init.astype(acc)[()])
     return _fold(inst, ops[:n], ops[n:], axes)
 
@@ -237,8 +221,9 @@ def _fold(inst: Instruction, inputs: list, inits: list, axes: tuple[int, ...]) -
     return acc[0] if len(acc) == 1 else tuple(acc)
 
 
-def _fusion(inst: Instruction, ops: list) -> Value:
-    return evaluate_computation(inst.attrs["calls"], ops)
+def _called(key: str) -> Op:
+    """fusion (calls=) and call (to_apply=): evaluate the called computation on the operands."""
+    return lambda inst, ops: evaluate_computation(inst.attrs[key], ops)
 
 
 def _custom_call(inst: Instruction, ops: list) -> np.ndarray:
@@ -263,11 +248,14 @@ OPS: dict[str, Op] = {
     "transpose": lambda inst, ops: np.transpose(ops[0], inst.attrs["dimensions"]),
     "slice": _slice,
     "concatenate": lambda inst, ops: np.concatenate(ops, axis=inst.attrs["dimensions"][0]),
-    "pad": _pad, "reduce": _reduce, "dot": _dot, "fusion": _fusion, "custom-call": _custom_call,
+    "pad": _pad, "reduce": _reduce, "dot": _dot, "custom-call": _custom_call,
+    "fusion": _called("calls"), "call": _called("to_apply"),
     "tuple": lambda inst, ops: tuple(ops),
     "get-tuple-element": lambda inst, ops: ops[0][inst.attrs["index"]],
     **{op: _unary_op(fn) for op, fn in UNARY.items()},
     **{op: _binary_op(fn) for op, fn in BINARY.items()},
+    **WINDOW_OPS,
+    **INDEXING_OPS,
 }
 
 
@@ -278,7 +266,7 @@ def _in_type(value: Value, inst: Instruction) -> Value:
     if isinstance(value, tuple):
         return value
     dtype = numpy_dtype(inst.shape.dtype)
-    return value if value.dtype == dtype else np.asarray(value).astype(dtype)
+    return value if value.dtype == dtype else to_dtype(value, dtype)
 
 
 def evaluate_computation(comp: Computation, args: Sequence[Value]) -> Value:

@@ -7,6 +7,8 @@ Attribute values (``Instruction.attrs``) are typed so the printer and parser agr
   Quoted           -> a quoted string        e.g. custom_call_target="..."
   Computation      -> ``%name``              e.g. to_apply, calls
   SliceSpec        -> ``{[0:3], [0:5:2]}`` (the stride is printed only when it is not 1)
+  Window           -> ``{size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=1x1 rhs_dilate=2x2 rhs_reversal=0x1}``
+                      (each field printed only when some dimension differs from its default; ``{}`` for none)
 Called computations are referenced by attribute (``calls``, ``to_apply``), never inlined.
 """
 
@@ -29,7 +31,9 @@ HLO_DTYPES: dict[str, np.dtype] = {
     "s32": np.dtype(np.int32),
     "s64": np.dtype(np.int64),
     "u8": np.dtype(np.uint8),
+    "u16": np.dtype(np.uint16),
     "u32": np.dtype(np.uint32),
+    "u64": np.dtype(np.uint64),
     "f16": np.dtype(np.float16),
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
@@ -106,6 +110,47 @@ class SliceSpec:
     """Per-dimension (start, limit, stride) of a slice."""
 
     ranges: tuple[tuple[int, int, int], ...]
+
+
+@dataclass(frozen=True)
+class WindowDim:
+    """One dimension of a window (XLA's ``WindowDimension``): the window slides with ``stride`` over the
+    input after it was dilated by ``lhs_dilate`` (base dilation: ``lhs_dilate - 1`` holes between elements)
+    and padded by ``pad_low``/``pad_high`` (negative pads crop); the window itself is dilated by
+    ``rhs_dilate``; ``reversal`` flips it (convolution only)."""
+
+    size: int
+    stride: int = 1
+    pad_low: int = 0
+    pad_high: int = 0
+    lhs_dilate: int = 1
+    rhs_dilate: int = 1
+    reversal: bool = False
+
+
+@dataclass(frozen=True)
+class Window:
+    """The ``window`` attribute of ``convolution`` and ``reduce-window``: one WindowDim per spatial (conv)
+    or operand (reduce-window) dimension."""
+
+    dims: tuple[WindowDim, ...] = ()
+
+    @staticmethod
+    def make(size: Iterable[int], stride: Iterable[int] | None = None,
+             pad: Iterable[tuple[int, int]] | None = None, lhs_dilate: Iterable[int] | None = None,
+             rhs_dilate: Iterable[int] | None = None) -> Window:
+        """A window from per-dimension lists, e.g. ``Window.make((3, 3), stride=(2, 2), pad=((1, 1), (1, 1)))``."""
+        size = [int(s) for s in size]
+        n = len(size)
+        stride = [int(s) for s in stride] if stride is not None else [1] * n
+        pad = [(int(lo), int(hi)) for lo, hi in pad] if pad is not None else [(0, 0)] * n
+        lhs = [int(d) for d in lhs_dilate] if lhs_dilate is not None else [1] * n
+        rhs = [int(d) for d in rhs_dilate] if rhs_dilate is not None else [1] * n
+        if not len(stride) == len(pad) == len(lhs) == len(rhs) == n:
+            raise ValueError(f"window fields have different lengths: size {size}, stride {stride}, pad {pad}, "
+                             f"lhs_dilate {lhs}, rhs_dilate {rhs}")
+        return Window(tuple(WindowDim(s, st, lo, hi, ld, rd)
+                            for s, st, (lo, hi), ld, rd in zip(size, stride, pad, lhs, rhs, strict=True)))
 
 
 _ids = itertools.count()

@@ -14,7 +14,7 @@ from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from compiler.errors import HloParseError
-from compiler.hlo.ir import HLO_DTYPES, Computation, Instruction, Module, Quoted, Shape, SliceSpec
+from compiler.hlo.ir import HLO_DTYPES, Computation, Instruction, Module, Quoted, Shape, SliceSpec, Window, WindowDim
 from compiler.hlo.printer import format_shape
 from compiler.hlo.shape_inference import same_shape
 
@@ -38,6 +38,8 @@ _FLOAT = re.compile(r"-?(\d+\.\d*|\.\d+|\d+)([eE][-+]?\d+)?$|-?inf$|nan$")
 _INT_LIST = re.compile(r"\{\s*(-?\d+(\s*,\s*-?\d+)*)?\s*\}$")
 _SLICE = re.compile(r"\{\s*(\[[^\]]*\]\s*(,\s*\[[^\]]*\]\s*)*)?\}$")
 _RANGE = re.compile(r"\[\s*(-?\d+)\s*:\s*(-?\d+)\s*(?::\s*(-?\d+)\s*)?\]")
+_WINDOW_ITEM = re.compile(r"([a-z_]+)=(\S*)")
+_PAD_PAIR = re.compile(r"(-?\d+)_(-?\d+)$")
 _METADATA_ITEM = re.compile(r'([\w.]+)\s*=\s*("(?:\\.|[^"\\])*"|[^\s}]+)')
 _UNESCAPES = {"n": "\n", "t": "\t"}
 
@@ -302,6 +304,8 @@ class _Builder:
 
     def attr_value(self, key: str, value: Any) -> Any:
         """Type one attribute value (see the top of ir.py)."""
+        if key in _KEYED_ATTRS:
+            return _KEYED_ATTRS[key](self, key, value)
         if isinstance(value, Quoted):
             return value
         if isinstance(value, _Raw):
@@ -331,6 +335,39 @@ class _Builder:
             raise self.error(f"malformed slice {value.text} (expected {{[start:limit:stride], ...}})",
                              value.token)
         return SliceSpec(tuple(ranges))
+
+    def window(self, key: str, value: Any) -> Window:
+        """``{size=3x3 stride=2x2 pad=1_1x1_1 lhs_dilate=.. rhs_dilate=.. rhs_reversal=0x1}`` (or ``{}``);
+        errors point at the offending field."""
+        token = value.token if isinstance(value, _Raw) else value if isinstance(value, Token) else None
+        text = value.text if isinstance(value, _Raw) else str(value)
+        if not (text.startswith("{") and text.endswith("}")):
+            raise self.error(f"{key}= must be a braced window such as {{size=3x3 stride=2x2}}, got {text}", token)
+        fields: dict[str, tuple[list[str], Token | None]] = {}
+        for m in re.finditer(r"[^\s{}]+", text):
+            at = _shifted(token, m.start())
+            item = _WINDOW_ITEM.fullmatch(m.group())
+            if item is None or item.group(1) not in _WINDOW_SETTERS:
+                raise self.error(f"malformed window field '{m.group()}' in {key}= (fields: "
+                                 f"{', '.join(_WINDOW_SETTERS)})", at)
+            if item.group(1) in fields:
+                raise self.error(f"window field {item.group(1)} given twice in {key}=", at)
+            fields[item.group(1)] = (item.group(2).split("x"), at)
+        if not fields:
+            return Window()
+        if "size" not in fields:
+            raise self.error(f"{key}={text} has no size= field", token)
+        n = len(fields["size"][0])
+        kwargs: list[dict[str, Any]] = [{} for _ in range(n)]
+        for name, (values, at) in fields.items():
+            if len(values) != n:
+                raise self.error(f"window field {name} has {len(values)} dimensions but size has {n}", at)
+            for kw, v in zip(kwargs, values, strict=True):
+                try:
+                    kw.update(_WINDOW_SETTERS[name](v))
+                except ValueError:
+                    raise self.error(f"window field {name}: '{v}' is not a valid value", at) from None
+        return Window(tuple(WindowDim(**kw) for kw in kwargs))
 
     def metadata(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, _Raw):
@@ -366,6 +403,40 @@ class _Builder:
             return coerce_constant(self.constants[data.text], inst.shape)
         except ValueError as exc:
             raise self.error(f"constant %{inst.name}: data \"{data.text}\" {exc}", rec.name) from None
+
+
+def _shifted(token: Token | None, offset: int) -> Token | None:
+    """A token standing for the text ``offset`` characters into ``token`` (which lies on one line)."""
+    if token is None:
+        return None
+    return Token(token.type, token, line=token.line, column=token.column + offset)
+
+
+def _pad_pair(text: str) -> dict[str, int]:
+    m = _PAD_PAIR.match(text)
+    if m is None:
+        raise ValueError(text)
+    return {"pad_low": int(m.group(1)), "pad_high": int(m.group(2))}
+
+
+def _reversal(text: str) -> dict[str, bool]:
+    if text not in ("0", "1"):
+        raise ValueError(text)
+    return {"reversal": text == "1"}
+
+
+# window field -> WindowDim keyword arguments of one dimension's text (ValueError when malformed)
+_WINDOW_SETTERS = {
+    "size": lambda v: {"size": int(v)},
+    "stride": lambda v: {"stride": int(v)},
+    "pad": _pad_pair,
+    "lhs_dilate": lambda v: {"lhs_dilate": int(v)},
+    "rhs_dilate": lambda v: {"rhs_dilate": int(v)},
+    "rhs_reversal": _reversal,
+}
+
+# Attributes typed by their key rather than by the look of their value.
+_KEYED_ATTRS = {"window": _Builder.window}
 
 
 def _shape_str(shape: Shape) -> str:

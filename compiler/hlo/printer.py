@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec
+from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, Window
 
 INLINE_LITERAL_MAX = 16  # constants with more elements print as {...} with their data in a side file
 
@@ -80,9 +80,32 @@ def format_attr_value(value: Any) -> str:
         return f"%{value.name}"
     if isinstance(value, SliceSpec):
         return "{" + ", ".join(_format_range(r) for r in value.ranges) + "}"
+    if isinstance(value, Window):
+        return format_window(value)
     if isinstance(value, tuple | list):
         return "{" + ",".join(str(int(v)) for v in value) + "}"
     raise TypeError(f"cannot print attribute value {value!r} of type {type(value).__name__}")
+
+
+# Window fields in XLA's order: (name, per-dimension text, the default that lets the field be omitted)
+WINDOW_FIELDS: tuple[tuple[str, Any, str | None], ...] = (
+    ("size", lambda d: str(d.size), None),
+    ("stride", lambda d: str(d.stride), "1"),
+    ("pad", lambda d: f"{d.pad_low}_{d.pad_high}", "0_0"),
+    ("lhs_dilate", lambda d: str(d.lhs_dilate), "1"),
+    ("rhs_dilate", lambda d: str(d.rhs_dilate), "1"),
+    ("rhs_reversal", lambda d: "1" if d.reversal else "0", "0"),
+)
+
+
+def format_window(window: Window) -> str:
+    """``{size=3x3 stride=2x2 pad=1_1x1_1}``: a field appears when some dimension differs from its default."""
+    parts = []
+    for name, text, default in WINDOW_FIELDS:
+        values = [text(d) for d in window.dims]
+        if window.dims and (default is None or any(v != default for v in values)):
+            parts.append(f"{name}={'x'.join(values)}")
+    return "{" + " ".join(parts) + "}"
 
 
 def _format_range(r: tuple[int, int, int]) -> str:

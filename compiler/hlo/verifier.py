@@ -152,14 +152,19 @@ class _Verifier:
     def check_fusion(self, inst: Instruction) -> None:
         self.check_callee_params(inst, inst.attrs["calls"], [o.shape for o in inst.operands])
 
-    def check_reduce(self, inst: Instruction) -> None:
-        n = len(inst.operands) // 2
-        scalars = [o.shape for o in inst.operands[n:]] * 2
+    def check_call(self, inst: Instruction) -> None:
+        self.check_callee_params(inst, inst.attrs["to_apply"], [o.shape for o in inst.operands])
+
+    def check_reducer(self, inst: Instruction) -> None:
+        """reduce / reduce-window / scatter: to_apply maps (accumulators..., values...) scalars to the
+        accumulators (one scalar, or a tuple of them)."""
+        n = (len(inst.operands) - 1) // 2 if inst.opcode == "scatter" else len(inst.operands) // 2
+        scalars = [Shape(o.shape.dtype) for o in inst.operands[:n]]
         callee = inst.attrs["to_apply"]
-        self.check_callee_params(inst, callee, scalars)
-        want = inst.operands[n].shape if n == 1 else None
+        self.check_callee_params(inst, callee, scalars * 2)
+        want = scalars[0] if n == 1 else Shape.tuple_of(scalars)
         root = callee.root.shape
-        if want is not None and not same_shape(root, want):
+        if not same_shape(root, want):
             raise self.fail(f"to_apply=%{callee.name} returns {fmt(root)}, expected {fmt(want)}", inst)
 
     def check_callee_params(self, inst: Instruction, callee: Computation, shapes: list) -> None:
@@ -176,7 +181,10 @@ class _Verifier:
 _EXTRA_CHECKS = {
     "constant": _Verifier.check_constant,
     "fusion": _Verifier.check_fusion,
-    "reduce": _Verifier.check_reduce,
+    "call": _Verifier.check_call,
+    "reduce": _Verifier.check_reducer,
+    "reduce-window": _Verifier.check_reducer,
+    "scatter": _Verifier.check_reducer,
 }
 
 

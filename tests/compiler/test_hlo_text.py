@@ -13,7 +13,7 @@ from hypothesis.extra import numpy as hnp
 
 from compiler.errors import HloParseError
 from compiler.hlo.io import load_hlo_file, save_hlo_file
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, numpy_dtype
+from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, Window, numpy_dtype
 from compiler.hlo.parser import parse_module
 from compiler.hlo.printer import format_literal, format_shape, print_module
 
@@ -174,14 +174,14 @@ def test_xla_variants_parse():
     assert m.entry.name == "main.7" and m.computations[-1] is m.entry  # ENTRY moves last
     inst = {i.name: i for i in m.entry.instructions}
     assert inst["conv"].operands == [inst["Arg_0.1"], inst["broadcast.3"]]
-    assert inst["conv"].attrs["window"] == "{size=1x1 stride=1x1}"
+    assert inst["conv"].attrs["window"] == Window.make((1, 1))
     assert inst["conv"].attrs["dim_labels"] == "b01f_01io->b01f"
     assert inst["conv"].attrs["backend_config"] == '{"a": {"b": [1, 2]}}'
     assert inst["fusion"].attrs["calls"] is m.computation("fused")
     assert inst["fusion"].metadata["source_line"] == 4 and inst["fusion"].metadata["op_type"] == "Mul"
     assert m.attrs == {"is_scheduled": True}
     text = print_module(m)
-    assert "window={size=1x1 stride=1x1}" in text and 'backend_config={"a": {"b": [1, 2]}}' in text
+    assert "window={size=1x1}" in text and 'backend_config={"a": {"b": [1, 2]}}' in text
     assert print_module(parse_module(text)) == text
 
 
@@ -208,9 +208,15 @@ def test_xla_variants_parse():
      ["dims [3]", "declares [2]"]),
     ("HloModule m\nENTRY %e {\n  ROOT %c = f32[2]{0,1} parameter(0)\n}\n", "3:19", ["not a permutation"]),
     ("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0) ^\n}\n", "3:28", ["unexpected '^'"]),
+    ("HloModule m\nENTRY %e {\n  %x = f32[1,4] parameter(0)\n  ROOT %r = f32[1,2] reduce-window(%x, %x), "
+     "window={size=1x2 stride=2}\n}\n", "4:62", ["window field stride has 1 dimensions but size has 2"]),
+    ("HloModule m\nENTRY %e {\n  %x = f32[1,4] parameter(0)\n  ROOT %r = f32[1,2] reduce-window(%x, %x), "
+     "window={size=1x2 pad=1x1}\n}\n", "4:62", ["window field pad: '1' is not a valid value"]),
+    ("HloModule m\nENTRY %e {\n  %x = f32[1,4] parameter(0)\n  ROOT %r = f32[1,2] reduce-window(%x, %x), "
+     "window={size=1x2 strides=2x2}\n}\n", "4:62", ["malformed window field 'strides=2x2'"]),
 ], ids=["eof-in-parens", "missing-comma", "missing-bracket", "eof", "dtype", "undefined", "duplicate",
         "unknown-computation", "other-computation", "later-computation", "operand-shape", "literal-dims",
-        "layout", "bad-char"])
+        "layout", "bad-char", "window-rank", "window-pad", "window-field"])
 def test_parse_errors_name_position_and_token(text, where, words):
     with pytest.raises(HloParseError) as info:
         parse_module(text, source="t.hlo")

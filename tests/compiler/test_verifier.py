@@ -143,9 +143,64 @@ MAX_COMP = """%max {
     ("%t = (f32[4,6]) tuple(%x)\n  ROOT %r = f32[4,6] get-tuple-element(%t), index=1", "x: f32[4,6]",
      "index=1 is outside the 1 elements of (f32[4,6])"),
     ("ROOT %r = f32[4,6] iota(), iota_dimension=2", "x: f32[4,6]", "iota_dimension=2 is not a dimension"),
-    ("ROOT %r = f32[4,6] convolution(%x, %x)", "x: f32[4,6]", "unknown opcode 'convolution'"),
+    ("ROOT %r = f32[4,6] sort(%x)", "x: f32[4,6]", "unknown opcode 'sort'"),
     ("ROOT %r = f32[4,6] clamp(%x, %x, %y)", "x: f32[4,6], y: f32[6]",
      "max bound f32[6] must be a f32 scalar or f32[4,6]"),
+    # convolution
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+     "x: f32[1,4,4,3], k: f32[3,3,3,8]", None),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3x3 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+     "x: f32[1,4,4,4], k: f32[3,3,3,8]", "lhs has 4 input features; with feature_group_count=1 the kernel's input "
+     "feature dimension must be 4, it is 3"),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3x2 pad=1_1x1_1}, dim_labels=b01f_01io->b01f",
+     "x: f32[1,4,4,3], k: f32[3,3,3,8]", "window size 2 of spatial dimension 1 differs from the kernel's 3"),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3x3}, dim_labels=b01f_01io->b01f",
+     "x: f32[1,4,4,3], k: f32[3,3,3,8]", "declared f32[1,4,4,8] but the operands give f32[1,2,2,8]"),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3x3}, dim_labels=b01f_01iq->bf01",
+     "x: f32[1,4,4,3], k: f32[3,3,3,8]", "dim_labels rhs '01iq' must hold i, o"),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=3}, dim_labels=b01f_01io->b01f",
+     "x: f32[1,4,4,3], k: f32[3,3,3,8]", "window has 1 dimensions but the convolution's spatial dimensions has 2"),
+    ("ROOT %r = f32[1,4,4,8] convolution(%x, %k), window={size=1x1}, dim_labels=b01f_01io->b01f, "
+     "feature_group_count=2", "x: f32[1,4,4,4], k: f32[1,1,2,7]", "must divide by the group counts"),
+    # reduce-window
+    ("%z = f32[] constant(0)\n  ROOT %r = f32[2,3] reduce-window(%x, %z), window={size=2x2 stride=2x2}, "
+     "to_apply=%max", "x: f32[4,6]", None),
+    ("%z = f32[] constant(0)\n  ROOT %r = f32[2,3] reduce-window(%x, %z), window={size=2 stride=2}, "
+     "to_apply=%max", "x: f32[4,6]", "window has 1 dimensions but the operand f32[4,6] has 2"),
+    ("%z = f32[] constant(0)\n  ROOT %r = f32[2,3] reduce-window(%x, %z), window={size=2x2 stride=2x2}", "x: f32[4,6]",
+     "missing to_apply=%computation"),
+    # gather / scatter / dynamic slices
+    ("ROOT %r = f32[3,6] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+     "index_vector_dim=1, slice_sizes={1,6}", "x: f32[4,6], i: s32[3]", None),
+    ("ROOT %r = f32[3,6] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+     "index_vector_dim=1, slice_sizes={1,6}", "x: f32[4,6], i: f32[3]", "indices type f32 is not allowed"),
+    ("ROOT %r = f32[3,6] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0,1}, "
+     "index_vector_dim=1, slice_sizes={1,6}", "x: f32[4,6], i: s32[3]",
+     "the index vector (dimension 1 of s32[3]) has 1 elements but start_index_map names 2 dimensions"),
+    ("ROOT %r = f32[3,6] gather(%x, %i), offset_dims={1}, collapsed_slice_dims={0}, start_index_map={0}, "
+     "index_vector_dim=1, slice_sizes={2,6}", "x: f32[4,6], i: s32[3]", "dimension 0 is collapsed"),
+    ("ROOT %r = f32[3,6] gather(%x, %i), offset_dims={0,1}, collapsed_slice_dims={0}, start_index_map={0}, "
+     "index_vector_dim=1, slice_sizes={1,6}", "x: f32[4,6], i: s32[3]",
+     "offset_dims has 2 entries but the slice keeps 1 operand dimensions"),
+    ("ROOT %r = f32[4,6] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={0}, "
+     "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%max", "x: f32[4,6], i: s32[3], u: f32[3,6]",
+     None),
+    ("ROOT %r = f32[4,6] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={0}, "
+     "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%max", "x: f32[4,6], i: s32[2], u: f32[3,6]",
+     "the scatter dims of the updates f32[3,6] are [3] but the indices' batch dims are [2]"),
+    ("ROOT %r = f32[4,6] scatter(%x, %i, %u), update_window_dims={1}, inserted_window_dims={0}, "
+     "scatter_dims_to_operand_dims={0}, index_vector_dim=1, to_apply=%max", "x: f32[4,6], i: s32[3], u: f32[3,7]",
+     "update window dimension 1 (size 7) exceeds operand dimension 1 (size 6)"),
+    ("ROOT %r = f32[2,3] dynamic-slice(%x, %i, %i), dynamic_slice_sizes={2,3}", "x: f32[4,6], i: s32[]", None),
+    ("ROOT %r = f32[2,3] dynamic-slice(%x, %i), dynamic_slice_sizes={2,3}", "x: f32[4,6], i: s32[]",
+     "takes 2 scalar start indices (one per dimension), got 1"),
+    ("ROOT %r = f32[2,3] dynamic-slice(%x, %i, %i), dynamic_slice_sizes={2,7}", "x: f32[4,6], i: s32[]",
+     "dynamic_slice_sizes={2,7} must give a size within the operand"),
+    ("ROOT %r = f32[4,6] dynamic-update-slice(%x, %u, %i, %i)", "x: f32[4,6], u: f32[2,2], i: s32[]", None),
+    ("ROOT %r = f32[4,6] dynamic-update-slice(%x, %u, %i, %i)", "x: f32[4,6], u: f32[5,2], i: s32[]",
+     "update f32[5,2] must have the operand's type and rank and fit in f32[4,6]"),
+    ("ROOT %r = f32[4,6] dynamic-update-slice(%x, %u, %i, %j)", "x: f32[4,6], u: f32[2,2], i: s32[], j: s64[]",
+     "start index 1 s64[] must be an integer scalar of the type of the first one"),
 ])
 def test_shape_errors(body, params, message):
     module = _module(body, params)
