@@ -178,8 +178,8 @@ class Allocator:
         return peak
 
     def memory_plan(self) -> str:
-        lines = ["# memory plan: every on-chip buffer (bytes per partition; live range in instruction",
-                 "# indices of the emitted program order, before scheduling)",
+        lines = ["# memory plan: every on-chip pool (bytes per partition; buffer i of a pool is at",
+                 "# offset + i * size; live range in instruction indices of the emitted program order)",
                  f"# SBUF {self.sbuf_bytes} B/partition, PSUM {self.banks} banks x {self.bank_bytes} B",
                  f"{'kernel':<28} {'pool':<14} {'mem':<5} {'offset':>7} {'size':>7} {'bufs':>4} "
                  f"{'total':>7}  live"]

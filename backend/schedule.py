@@ -172,12 +172,14 @@ def _merge(into: dict[str, int], other: dict[str, int]) -> None:
             into[k] = v
 
 
-def schedule_text(ops: list[Instruction], order: list[int]) -> str:
-    """Per-engine streams with their waits, one instruction per line."""
+def schedule_text(ops: list[Instruction], order: list[int],
+                  estimate: dict[int, tuple[float, float]] | None = None) -> str:
+    """Per-engine streams with their waits (and the scheduler's estimated start), one per line."""
     names = {v: k for k, v in ENGINE_SEMS.items()}
     lines = ["# schedule: per-engine instruction streams in issue order",
              "# waits: sem>=value (sem = engine pe/act/dve/pool or DMA queue qN); every instruction "
-             "signals its engine's (DMA: its queue's) semaphore on completion"]
+             "signals its engine's (DMA: its queue's) semaphore on completion; times are the list",
+             "# scheduler's estimates (backend/costs.py), not the emulator's"]
     for engine in ("pe", "act", "dve", "pool", "sp"):
         stream = [i for i in order if ops[i].engine == engine]
         lines.append(f"\n== {engine} ({len(stream)} instructions)")
@@ -185,7 +187,8 @@ def schedule_text(ops: list[Instruction], order: list[int]) -> str:
             inst = ops[i]
             waits = ", ".join(f"{names.get(s, f'q{s - QUEUE_SEM_BASE}')}>={v}" for s, v in inst.waits)
             queue = f" q{inst.attrs['queue']}" if inst.opcode == "dma" else ""
-            lines.append(f"{n:6d} {inst.opcode}{queue:<4} {inst.comment:<48}"
+            at = f"{estimate[i][0] / 1000:9.2f}us " if estimate and i in estimate else ""
+            lines.append(f"{n:6d} {at}{inst.opcode}{queue:<4} {inst.comment:<48}"
                          f"{'  wait ' + waits if waits else ''}")
     return "\n".join(lines) + "\n"
 
@@ -193,6 +196,7 @@ def schedule_text(ops: list[Instruction], order: list[int]) -> str:
 def schedule(ops: list[Instruction], costs: CostModel, untracked: set[str], n_queues: int,
              list_scheduling: bool = True) -> ScheduleResult:
     preds = dependencies(ops, untracked)
-    order, queues = list_schedule(ops, preds, costs, n_queues, list_scheduling)
+    estimate: dict[int, tuple[float, float]] = {}
+    order, queues = list_schedule(ops, preds, costs, n_queues, list_scheduling, estimate)
     add_semaphores(ops, preds, order, queues)
-    return ScheduleResult(order, queues, schedule_text(ops, order))
+    return ScheduleResult(order, queues, schedule_text(ops, order, estimate))
