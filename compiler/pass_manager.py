@@ -277,9 +277,10 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
     """The HLO pipeline for ``-O<opt_level>``.
 
     * O0: ``canonicalize``, ``auto_cast`` -- only what lowering needs.
-    * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``dce``).
-      Folding goes first so that a transpose of a weight is folded into the constant (a transposed copy made
-      at compile time) rather than into the dot's contracting dims (a strided read at run time).
+    * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``cse``,
+      ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
+      copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
+      CSE follows the simplifier, whose rewrites make more expressions identical.
     * O2 (default), O3: + ``fusion`` (``fusion="none"`` leaves it out). Fusion removes what it fuses, so no
       DCE follows it. O3 currently equals O2; it is the place for passes that trade compile time for speed.
 
@@ -290,6 +291,7 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
     from compiler.passes.auto_cast import AutoCastPass
     from compiler.passes.canonicalize import Canonicalize
     from compiler.passes.constant_folding import ConstantFolding
+    from compiler.passes.cse import CommonSubexpressionElimination
     from compiler.passes.dce import DeadCodeElimination
     from compiler.passes.fusion import FusionPass
 
@@ -299,10 +301,11 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
     passes: list[PassLike] = [Canonicalize(), AutoCastPass(options.auto_cast, options.auto_cast_type)]
     if opt_level >= 1:
         passes.append(FixedPoint("simplification",
-                                 [ConstantFolding(), AlgebraicSimplifier(), DeadCodeElimination()],
+                                 [ConstantFolding(), AlgebraicSimplifier(), CommonSubexpressionElimination(),
+                                  DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
         passes.append(FusionPass())
     every_pass = ["canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
-                  "dce", "fusion"]
+                  "cse", "dce", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

@@ -66,7 +66,7 @@ def test_pipelines_per_level():
     assert top_level(2, fusion="none") == top_level(1)
     group = build_pipeline(1).passes[2]
     assert isinstance(group, FixedPoint)
-    assert [p.name for p in group.passes] == ["constant_folding", "algebraic_simplifier", "dce"]
+    assert [p.name for p in group.passes] == ["constant_folding", "algebraic_simplifier", "cse", "dce"]
 
 
 @pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
@@ -120,7 +120,7 @@ def test_unknown_disabled_pass_lists_the_known_ones():
         build_pipeline(2, PipelineOptions(disabled_passes=("fusoin",)))
     message = str(info.value)
     assert "fusoin" in message
-    for known in ("algebraic_simplifier", "auto_cast", "canonicalize", "constant_folding", "dce", "fusion"):
+    for known in ("algebraic_simplifier", "auto_cast", "canonicalize", "constant_folding", "cse", "dce", "fusion"):
         assert known in message
 
 
@@ -186,7 +186,7 @@ def test_timing_report_lists_every_pass():
     pipeline.run(mlp())
     report = pipeline.timing_report()
     for name in ("canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
-                 "dce", "fusion", "total"):
+                 "cse", "dce", "fusion", "total"):
         assert re.search(rf"^\s*{name}\b", report, re.M), name
 
 
