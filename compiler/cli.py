@@ -27,6 +27,8 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--auto-cast", default="none", choices=["none", "matmult", "all"])
     p.add_argument("--auto-cast-type", default="bf16", choices=["bf16", "fp8_e4m3"])
     p.add_argument("--fusion", default="greedy", help="fusion strategy (none, greedy)")
+    p.add_argument("--scheduler", default="list", choices=["list", "inorder"],
+                   help="list: critical-path list scheduling; inorder: program order (for comparison)")
     p.add_argument("--capture", default="export", choices=["export", "fx"])
     p.add_argument("--dump-dir", help="write IR after each pass, fusion decisions, memory plan, schedule, program.s")
     p.add_argument("--dump-pass-re", help="only dump after passes whose name matches this regex")
@@ -86,7 +88,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          opt_level=2 if args.opt_level is None else args.opt_level,
                          auto_cast=args.auto_cast, dump_dir=args.dump_dir, auto_cast_type=args.auto_cast_type,
                          dump_pass_re=args.dump_pass_re, verify_each=args.verify_each,
-                         disabled_passes=tuple(args.disable_pass), fusion=args.fusion, capture=args.capture)
+                         disabled_passes=tuple(args.disable_pass), fusion=args.fusion, capture=args.capture,
+                         scheduler=args.scheduler)
     output = args.output or str(Path(args.model).with_suffix(".neff").name)
     exe.save(output)
     program = exe.program

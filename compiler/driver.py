@@ -16,6 +16,8 @@ from isa.dtypes import dtype as isa_dtype
 from isa.errors import InputError
 from isa.program import Program
 
+SCHEDULERS = ("list", "inorder")
+
 
 @dataclass
 class CompileOptions:
@@ -30,6 +32,7 @@ class CompileOptions:
     verify_each: bool = False
     disabled_passes: tuple[str, ...] = ()
     fusion: str = "greedy"
+    scheduler: str = "list"
     capture: str = "export"
     timing: bool = False
 
@@ -37,6 +40,8 @@ class CompileOptions:
         # auto-cast, fusion and pass names are checked by PipelineOptions, where they are used.
         if self.opt_level not in (0, 1, 2, 3):
             raise NeuroncError(f"opt_level must be 0..3, got {self.opt_level}")
+        if self.scheduler not in SCHEDULERS:
+            raise NeuroncError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
 
 
 @dataclass
@@ -172,6 +177,7 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
 def compile_module(module: Module, target_machine: Any, options: CompileOptions) -> Executable:
     """Run the pass pipeline and the backend on an HLO module."""
     from backend import compile_module as backend_compile
+    from backend.options import BackendOptions
     from compiler.hlo.printer import print_module
     from compiler.hlo.verifier import verify_module
     from compiler.pass_manager import PipelineOptions, build_pipeline
@@ -182,7 +188,8 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions)
         dump_dir=options.dump_dir, dump_pass_re=options.dump_pass_re, verify_each=options.verify_each,
         disabled_passes=tuple(options.disabled_passes)))
     pipeline.run(module)
-    result = backend_compile(module, target_machine)
+    result = backend_compile(module, target_machine,
+                             options=BackendOptions(list_schedule=options.scheduler == "list"))
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(),
                      reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})
