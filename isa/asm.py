@@ -11,10 +11,11 @@ A program prints as a header of directives followed by one instruction per line:
     pe.load_stationary src=sbuf[0:100]@4096[1,128]:bf16 wait(s5>=1)  ; a comment
 
 An instruction is ``ENGINE.OPCODE``, its operands and then its attributes as ``name=value`` in the
-order of the OPCODES table (the printer writes every attribute, defaults included; the assembler
-accepts any order and fills absent attributes with their defaults), then ``wait(sN>=V,...)``,
-``signal(sN,...)`` and an optional ``; comment`` (``Instruction.comment``, stripped). Other comments
-are dropped. ``print_program(parse_program(t)) == t`` for printed text ``t``.
+order of the OPCODES table, then ``wait(sN>=V,...)``, ``signal(sN,...)`` and an optional
+``; comment`` (``Instruction.comment``, stripped). The printer writes every attribute, defaults
+included, except the ``optional`` attributes added to existing opcodes later, which it writes only
+when they differ from their default; the assembler accepts any order and fills absent attributes
+with their defaults. Other comments are dropped. ``print_program(parse_program(t)) == t`` for printed text ``t``.
 
 ``.inputs``/``.outputs`` are printed only when the model's input/output order differs from the order
 of the ``.tensor`` declarations. Constant data lives in an ``.npz`` side file named by ``.constants``
@@ -25,12 +26,10 @@ as their raw bits (uint16/uint8) since numpy's npz cannot describe them.
 from __future__ import annotations
 
 import gc
-import io
 import json
 import operator
 import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -44,14 +43,27 @@ import numpy as np
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput, UnexpectedToken
 
-from isa.dtypes import DTYPES, DType
+from isa.constants import (
+    CONSTANTS_KEY_SEP,
+    constant_problems,
+    isa_dtype_of,
+    read_constants,
+    write_atomic,
+    write_constants,
+)
+from isa.dtypes import DTYPES
 from isa.errors import AsmError, ProgramError
 from isa.instructions import OPCODES, AttrSpec, OpcodeSpec, OperandSpec
 from isa.program import ENGINES, MEMORIES, TENSOR_KINDS, AccessPattern, Instruction, Program, TensorDecl
 
+__all__ = [
+    "CONSTANTS_KEY_SEP", "constant_problems", "isa_dtype_of", "load_asm_file", "parse_program",
+    "print_instruction", "print_pattern", "print_program", "read_constants", "save_asm_file",
+    "write_atomic", "write_constants",
+]
+
 HEADER_COMMENT = "; neuronc ISA program"
 MAX_FREE_PAIRS = 4  # machine-model.md: "up to 4 [stride, count] pairs"
-CONSTANTS_KEY_SEP = "::"
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TENSOR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -108,7 +120,9 @@ def print_instruction(instr: Instruction) -> str:
         value = instr.attrs.get(attr.name, attr.default)
         if value is None:
             raise ProgramError(f"{where}: missing attribute {attr.name!r}")
-        parts.append(f"{attr.name}={_attr_text(where, attr, value)}")
+        text = _attr_text(where, attr, value)
+        if not (attr.optional and text == _attr_text(where, attr, attr.default)):
+            parts.append(f"{attr.name}={text}")
     if instr.waits:
         parts.append("wait(" + ",".join(f"s{sem}>={value}" for sem, value in instr.waits) + ")")
     if instr.signals:
@@ -205,77 +219,6 @@ def save_asm_file(program: Program, path: str | os.PathLike) -> None:
     if side is not None:
         write_constants(program, side)
     write_atomic(path, text.encode())
-
-
-def read_constants(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Arrays of a constants side file, by tensor name. Raises ValueError or OSError."""
-    constants: dict[str, np.ndarray] = {}
-    npz = np.load(path, allow_pickle=False)
-    if not isinstance(npz, np.lib.npyio.NpzFile):
-        raise ValueError("not an .npz archive")
-    with npz:
-        for key in npz.files:
-            name, sep, dtype_name = key.rpartition(CONSTANTS_KEY_SEP)
-            if not sep or dtype_name not in DTYPES:
-                raise ValueError(f"entry {key!r} is not NAME{CONSTANTS_KEY_SEP}DTYPE")
-            want = DTYPES[dtype_name].numpy
-            array = npz[key]
-            if array.dtype != want:
-                if array.dtype != _bits_dtype(DTYPES[dtype_name]):
-                    raise ValueError(f"entry {key!r} holds {array.dtype} data")
-                array = array.view(want)
-            constants[name] = array
-    return constants
-
-
-def write_constants(program: Program, path: str | os.PathLike) -> None:
-    """Write ``program.constants`` to an .npz side file (atomically). Raises ProgramError."""
-    for name, problem in constant_problems(program.tensors, program.constants):
-        raise ProgramError(f"constant {name!r}: {problem}")
-    arrays = {}
-    for name, array in program.constants.items():
-        dt = isa_dtype_of(array)
-        array = np.require(array, requirements="C")
-        arrays[f"{name}{CONSTANTS_KEY_SEP}{dt.name}"] = array.view(_bits_dtype(dt))
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    write_atomic(Path(path), buffer.getvalue())
-
-
-def constant_problems(tensors: Mapping[str, TensorDecl],
-                      constants: Mapping[str, np.ndarray]) -> Iterator[tuple[str, str]]:
-    """(name, problem) for each constant that is not a declared const tensor or differs from it."""
-    for name, array in constants.items():
-        decl = tensors.get(name)
-        if decl is None or decl.kind != "const":
-            yield name, "is not a declared const tensor"
-            continue
-        dt = isa_dtype_of(array)
-        if dt is None or dt.name != decl.dtype or tuple(array.shape) != decl.shape:
-            got = f"{dt.name if dt else array.dtype}{list(array.shape)}"
-            yield name, f"data is {got} but the tensor is declared {decl.dtype}{list(decl.shape)}"
-
-
-def isa_dtype_of(array: np.ndarray) -> DType | None:
-    """The ISA dtype whose numpy dtype is ``array.dtype`` (None if there is none)."""
-    return next((d for d in DTYPES.values() if d.numpy == array.dtype), None)
-
-
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path`` and rename it over ``path`` (no partial file)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _bits_dtype(dt: DType) -> np.dtype:
-    """How an array of ``dt`` is stored in npz: itself if numpy knows it, else its raw bits."""
-    return dt.numpy if dt.numpy.isbuiltin == 1 else np.dtype(f"<u{dt.itemsize}")
 
 
 @contextmanager

@@ -15,17 +15,23 @@ from isa.program import ENGINES, MEMORIES, TENSOR_KINDS
 
 ENGINE_NAMES = {
     "pe": "Tensor engine (systolic array): matmuls into PSUM",
-    "act": "Scalar engine: activation functions, `func(in * scale + bias)`",
-    "dve": "Vector engine: elementwise and reductions",
-    "pool": "GpSimd engine: iota, elementwise; no PSUM access",
+    "act": "Scalar engine: activation functions, `func(in * scale + bias)`, accumulator registers",
+    "dve": "Vector engine: elementwise, select, free-axis reductions, 32x32 transposes, statistics",
+    "pool": "GpSimd engine: iota, affine_select, cross-partition reduce, elementwise; no PSUM access",
     "sp": "Sync engine: issues DMA transfers on 16 queues",
 }
 COST_CLASSES = {  # the emulator times each class; figures in shared/docs/machine-model.md
     "pe_load": "LoadStationary: about a quarter of a MultiplyMoving of the same free size, overlapped "
                "with the previous MultiplyMoving",
-    "pe_matmul": "MultiplyMoving: initiation interval max(N, 64) PE cycles (bf16/fp16/fp8), 4x for fp32",
-    "stream1": "one input tile streamed: ~N cycles + ~60 cycles of fixed overhead",
+    "pe_matmul": "MultiplyMoving: initiation interval max(N, 64) PE cycles (bf16/fp16/fp8), 4x for fp32; "
+                 "fp8 reaches 2x the bf16 peak where the target allows K = 256 at the same interval (trn2)",
+    "pe_transpose": "PE transpose of [P, F]: target `pe.transpose.mode` `matmul` (trn1) costs one "
+                    "MultiplyMoving of an identity, max(P, 64) cycles (4x fp32); `native` (trn2) "
+                    "max(P, min_interval) cycles with the target's fp32 factor",
+    "stream1": "one input tile streamed: ~N cycles + ~60 cycles of fixed overhead (+64 for ACT's "
+               "accumulator read-out)",
     "stream2": "two input tiles streamed: ~2N cycles + ~60 cycles of fixed overhead",
+    "stream3": "three input tiles streamed: ~3N cycles + ~60 cycles of fixed overhead",
     "dma": "fixed ~1.3 us + bytes / per-queue bandwidth, all queues sharing the core's HBM bandwidth",
     "sync": "a few cycles of the issuing engine",
 }
@@ -75,8 +81,9 @@ container (`.neff`); the machine itself is described in `shared/docs/machine-mod
   (the MACs MFU is computed from) or `peak_sbuf_bytes`.
 - An instruction is `ENGINE.OPCODE`, its operands and attributes as `name=value`, then
   `wait(sA>=N,...)` and `signal(sB,...)`. The printer writes operands then attributes in table order
-  and every attribute, defaults included; the assembler takes them in any order and fills absent
-  attributes with their defaults. Floats print in shortest round-trip form (`1.0`, `1e-05`, `inf`,
+  and every attribute, defaults included, except attributes added to an existing opcode later (marked
+  *optional* below), which it writes only off their default; the assembler takes them in any order
+  and fills absent attributes with their defaults. Floats print in shortest round-trip form (`1.0`, `1e-05`, `inf`,
   `-inf`, `nan`); str attributes with choices are bare words, other strings are quoted JSON strings.
 
 ## Access patterns
@@ -90,7 +97,24 @@ An operand is a `[partitions x free...]` view of one memory ({memories}):
   to 4 free pairs.
 
 Every active partition uses the same free pattern. No pairs means one element per partition.
-The machine rules (start partition, bounds, PSUM banks) are checked by the emulator.
+
+## Machine rules
+
+The emulator checks these when it decodes a program, before anything runs, and names the
+instruction (its index and `.s` line), the rule and the offending values:
+
+- engine and memory permissions: each operand's memories (table below); PE reads SBUF and writes
+  PSUM; POOL never touches PSUM; PE operands are floating point;
+- partitions: count <= 128; start partition 0 for 65-128 partitions, 0 or 64 for 33-64, 0/32/64/96
+  for 1-32 (compute engines; DMA descriptors address any partition);
+- bounds: every access inside its SBUF/PSUM partition or HBM tensor; a matmul or PE transpose
+  output inside one 2 KiB PSUM bank;
+- limits: stationary K <= 128 (256 for fp8 where the target allows) and M <= 128; moving N <= 512;
+  free size <= 64K elements from SBUF and 4K from PSUM on ACT/DVE/POOL; bn_stats F <= 512;
+- shapes: per-opcode operand shapes as the descriptions say; DMA sides agree in dtype and size.
+
+Checked mode (`neuronc run --check`) also reports reads of memory nothing wrote and races: two
+engines or DMA queues touching overlapping bytes, one writing, with no semaphore chain between them.
 
 ## Semaphores
 
@@ -134,7 +158,10 @@ def _dtypes() -> str:
 def _cost_classes() -> str:
     used = dict.fromkeys(spec.cost for spec in OPCODES.values())
     rows = [f"| `{cost}` | {COST_CLASSES[cost]} |" for cost in used]
-    return ("## Cost classes\n\nN is the number of free elements per partition.\n\n"
+    return ("## Cost classes\n\nN is the number of free elements per partition (of the first input). "
+            "On DVE the fixed overhead is ~100 cycles instead of ~60 when the instruction reads what "
+            "the one before it on DVE wrote, or when N < 32; trn2's DVE streams bf16 at 2 elements "
+            "per cycle. Figures come from the target file.\n\n"
             "| class | cost |\n|---|---|\n" + "\n".join(rows) + "\n")
 
 
@@ -157,6 +184,8 @@ def _instruction(spec: OpcodeSpec) -> str:
 
 def _attr_row(attr: AttrSpec) -> str:
     default = "required" if attr.default is None else f"`{attr.default!r}`".replace("'", "")
+    if attr.optional:
+        default += " (optional)"
     choices = ", ".join(f"`{c}`" for c in attr.choices) or "any"
     return f"| `{attr.name}` | {attr.kind.__name__} | {default} | {choices} |"
 

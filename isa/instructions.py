@@ -2,6 +2,10 @@
 
 Engine/memory rules from machine-model.md ("Engines and their instruction streams"): PE reads only
 SBUF and writes only PSUM; POOL cannot touch PSUM; DMA (issued by SP) moves between any memories.
+
+The table only grows: opcodes, operands and attributes are added (new operands optional, new
+attributes with a default and ``optional=True``), never renamed or given another meaning, so that
+programs written against an older table keep assembling, printing and running the same.
 """
 
 from __future__ import annotations
@@ -15,12 +19,17 @@ ACTIVATION_FUNCS = (
     "identity", "copy", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp", "log",
     "sqrt", "rsqrt", "reciprocal", "square", "silu",
 )
+COMPARE_OPS = ("is_equal", "not_equal", "is_gt", "is_ge", "is_lt", "is_le")
 ALU_OPS = (
-    "add", "subtract", "multiply", "divide", "max", "min", "pow",
-    "is_equal", "not_equal", "is_gt", "is_ge", "is_lt", "is_le",
+    "add", "subtract", "multiply", "divide", "max", "min", "pow", *COMPARE_OPS,
     "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
 )
 REDUCE_OPS = ("add", "max", "min")
+# ACT's per-partition accumulator registers (NKI reduce_cmd): leave, zero, add the outputs' sum,
+# or zero then add.
+ACC_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
+NO_OP = "none"  # tensor_scalar's op1 when there is no second operation
+ALL_AXES = "all"  # tensor_reduce's axes: every free axis of src
 
 
 @dataclass(frozen=True)
@@ -33,10 +42,14 @@ class OperandSpec:
 
 @dataclass(frozen=True)
 class AttrSpec:
+    """An attribute; ``optional`` ones were added to an existing opcode later and are left out of
+    the text form while they hold their default (so older programs print unchanged)."""
+
     name: str
     kind: type  # int, float or str
     default: int | float | str | None = None  # None: required
     choices: tuple[str, ...] = ()
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -45,7 +58,7 @@ class OpcodeSpec:
     engines: tuple[str, ...]
     operands: tuple[OperandSpec, ...]
     attrs: tuple[AttrSpec, ...]
-    cost: str  # key of the timing rule in isa.emulator (pe_load, pe_matmul, stream1, stream2, dma, sync)
+    cost: str  # key of the timing rule in isa.emulator.timing.COSTS
     code: int  # stable id for the binary encoding
     doc: str
 
@@ -61,53 +74,108 @@ def _op(name, engines, operands, attrs, cost, code, doc) -> OpcodeSpec:
 
 
 R, W = "r", "w"
-_ENGINES_ELEMENTWISE = ("act", "dve", "pool")
+
+
+def _vector(name: str) -> OperandSpec:
+    """An optional per-partition [P, 1] operand read from SBUF or PSUM."""
+    return OperandSpec(name, R, ON_CHIP, optional=True)
+
 
 OPCODES: dict[str, OpcodeSpec] = {
     spec.name: spec
     for spec in (
         _op("load_stationary", ["pe"], [OperandSpec("src", R, ("sbuf",))], [], "pe_load", 1,
-            "Load a [K, M] tile (K partitions <= 128, M free <= 128) into the systolic array as the "
-            "stationary operand of the following multiply_moving instructions."),
+            "Load a [K, M] tile (K partitions <= 128, or <= 256 for fp8 where the target allows it; "
+            "M free <= 128) into the systolic array as the stationary operand of the following "
+            "multiply_moving instructions."),
         _op("multiply_moving", ["pe"],
             [OperandSpec("dst", W, ("psum",)), OperandSpec("src", R, ("sbuf",))],
             [AttrSpec("acc", int, 0)], "pe_matmul", 2,
             "dst[M, N] (+)= stationary[K, M]^T @ src[K, N] in fp32; N <= 512 and dst within one "
             "2 KiB PSUM bank. acc=0 overwrites (starts an accumulation), acc=1 adds."),
         _op("activation", ["act"],
-            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP),
-             OperandSpec("bias", R, ON_CHIP, optional=True),
-             OperandSpec("scale_vec", R, ON_CHIP, optional=True)],
-            [AttrSpec("func", str, "identity", ACTIVATION_FUNCS), AttrSpec("scale", float, 1.0)],
+            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP), _vector("bias"),
+             _vector("scale_vec"), OperandSpec("acc", W, ON_CHIP, optional=True)],
+            [AttrSpec("func", str, "identity", ACTIVATION_FUNCS), AttrSpec("scale", float, 1.0),
+             AttrSpec("acc_cmd", str, "idle", ACC_COMMANDS, optional=True)],
             "stream1", 3,
             "dst = func(src * scale + bias): scale is the immediate `scale`, or the per-partition "
-            "[P, 1] vector `scale_vec` when given; bias is a per-partition [P, 1] vector (0 if absent)."),
-        _op("tensor_tensor", _ENGINES_ELEMENTWISE[1:],
+            "[P, 1] vector `scale_vec` when given; bias is a per-partition [P, 1] vector (0 if absent). "
+            "ACT keeps one fp32 accumulator register per partition (zero at start): `acc_cmd` "
+            "`reset` zeroes it, `reduce` adds the fp32 sum of this instruction's outputs over the "
+            "free axes, `reset_reduce` does both, `idle` leaves it. An `acc` [P, 1] operand "
+            "(allowed with `reduce` or `reset_reduce`) receives the registers afterwards "
+            "(ActReadAccumulator, extra cycles from the target file)."),
+        _op("tensor_tensor", ("dve", "pool"),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("a", R, ON_CHIP), OperandSpec("b", R, ON_CHIP)],
             [AttrSpec("op", str, None, ALU_OPS)], "stream2", 4,
-            "dst = a <op> b elementwise (fp32 math). POOL may not touch PSUM."),
-        _op("tensor_scalar", _ENGINES_ELEMENTWISE[1:],
-            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
-            [AttrSpec("op", str, None, ALU_OPS), AttrSpec("scalar", float, None)], "stream1", 5,
-            "dst = src <op> scalar elementwise."),
-        _op("tensor_copy", _ENGINES_ELEMENTWISE,
+            "dst = a <op> b elementwise (fp32 math; comparisons and logical ops give 1.0 or 0.0; "
+            "bitwise ops work on the values as integers). POOL may not touch PSUM."),
+        _op("tensor_scalar", ("dve", "pool"),
+            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP), _vector("scalar_vec"),
+             _vector("scalar1_vec")],
+            [AttrSpec("op", str, None, ALU_OPS), AttrSpec("scalar", float, None),
+             AttrSpec("op1", str, NO_OP, (NO_OP, *ALU_OPS), optional=True),
+             AttrSpec("scalar1", float, 0.0, optional=True)], "stream1", 5,
+            "dst = (src <op> scalar) <op1> scalar1 elementwise, in fp32 (op1=none: no second "
+            "operation). Each scalar is the immediate attribute, or the per-partition [P, 1] vector "
+            "operand `scalar_vec` / `scalar1_vec` when given."),
+        _op("tensor_copy", ("act", "dve", "pool"),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)], [], "stream1", 6,
             "dst = src, converting dtype (round to nearest even; fp8 saturates)."),
         _op("tensor_reduce", ("dve",),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
-            [AttrSpec("op", str, None, REDUCE_OPS)], "stream1", 7,
-            "dst[P, 1] = reduction of src[P, ...] over all its free elements."),
+            [AttrSpec("op", str, None, REDUCE_OPS),
+             AttrSpec("axes", str, ALL_AXES, optional=True)], "stream1", 7,
+            "dst = reduction of src over free axes in fp32. `axes` is `all` (dst[P, 1]) or the "
+            "comma-separated indices of src's free dimensions to reduce, 0 the outermost (e.g. "
+            "\"1\" or \"0,2\"); dst holds the kept elements in src order."),
         _op("memset", ("dve", "pool"), [OperandSpec("dst", W, ON_CHIP)],
             [AttrSpec("value", float, 0.0)], "stream1", 8, "Fill dst with a constant."),
-        _op("iota", ("pool",), [OperandSpec("dst", W, ("sbuf",))],
+        _op("iota", ("pool", "dve"), [OperandSpec("dst", W, ON_CHIP)],
             [AttrSpec("base", int, 0), AttrSpec("channel_multiplier", int, 0)], "stream1", 9,
-            "dst[p, i] = base + channel_multiplier * p + i (i: flat free index)."),
+            "dst[p, i] = base + channel_multiplier * p + i (p: partition within dst, i: flat free "
+            "index)."),
         _op("dma", ("sp",), [OperandSpec("dst", W, ANY_MEMORY), OperandSpec("src", R, ANY_MEMORY)],
             [AttrSpec("queue", int, 0)], "dma", 10,
             "Trigger a transfer of src to dst on DMA queue `queue` (0..15). Same element count "
             "per side and same dtype; the transfer's signals fire when it completes."),
         _op("nop", ("pe", "act", "dve", "pool", "sp"), [], [], "sync", 11,
             "Do nothing; used to wait on or signal semaphores."),
+        _op("transpose", ("pe",), [OperandSpec("dst", W, ("psum",)), OperandSpec("src", R, ("sbuf",))],
+            [], "pe_transpose", 12,
+            "dst[F, P] = src[P, F]^T (P, F <= 128) into one PSUM bank; dst is f32 or src's dtype. "
+            "Timed as a matmul against an identity on targets without a native transpose mode; "
+            "the stationary tile of load_stationary is kept."),
+        _op("select", ("dve", "pool"),
+            [OperandSpec("dst", W, ON_CHIP), OperandSpec("pred", R, ON_CHIP),
+             OperandSpec("a", R, ON_CHIP), OperandSpec("b", R, ON_CHIP)], [], "stream3", 13,
+            "dst = pred != 0 ? a : b elementwise (values are moved exactly when the dtypes agree)."),
+        _op("transpose32", ("dve",), [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
+            [], "stream1", 14,
+            "Transpose within 32x32 blocks of partitions x free elements: src [P, F] with P, F "
+            "multiples of 32 gives dst [P, F] with every block transposed in place; a single block "
+            "P, F <= 32 gives dst [F, P]."),
+        _op("bn_stats", ("dve",), [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
+            [], "stream1", 15,
+            "Per-partition statistics of src [P, F] (F <= the target's bn_stats limit, 512) in fp32, "
+            "as NKI defines them: dst [P, 6] = (count, mean, variance * count) of the even-indexed "
+            "free elements, then the same of the odd-indexed ones."),
+        _op("bn_aggr", ("dve",), [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
+            [], "stream1", 16,
+            "Combine the (count, mean, variance * count) triples of src [P, 3k] (bn_stats outputs "
+            "side by side) into dst [P, 2] = (mean, variance) per partition, in fp32."),
+        _op("affine_select", ("pool",), [OperandSpec("dst", W, ("sbuf",)), OperandSpec("src", R, ("sbuf",))],
+            [AttrSpec("cmp", str, "is_ge", COMPARE_OPS), AttrSpec("offset", int, 0),
+             AttrSpec("channel_multiplier", int, 0), AttrSpec("free_multiplier", int, 1),
+             AttrSpec("fill", float, None)], "stream1", 17,
+            "dst[p, i] = src[p, i] where (offset + channel_multiplier * p + free_multiplier * i) "
+            "<cmp> 0 holds, else `fill` (p: partition within dst, i: flat free index); e.g. a "
+            "causal mask keeps p - i >= 0."),
+        _op("partition_reduce", ("pool",), [OperandSpec("dst", W, ("sbuf",)), OperandSpec("src", R, ("sbuf",))],
+            [AttrSpec("op", str, None, REDUCE_OPS)], "stream1", 18,
+            "Reduce src [P, F] across its partitions in fp32; every partition of dst [Q, F] "
+            "receives the result (Q = 1 for a plain reduction)."),
     )
 }
 OPCODE_BY_CODE = {spec.code: spec for spec in OPCODES.values()}
@@ -118,3 +186,19 @@ def opcode(name: str) -> OpcodeSpec:
         return OPCODES[name]
     except KeyError:
         raise KeyError(f"unknown opcode {name!r}") from None
+
+
+def reduce_axes(axes: str, rank: int) -> tuple[int, ...]:
+    """The free axes a tensor_reduce ``axes`` attribute names for a src of ``rank`` free dims.
+
+    Raises ValueError when ``axes`` is neither ``all`` nor distinct in-range indices.
+    """
+    if axes == ALL_AXES:
+        return tuple(range(rank))
+    try:
+        picked = tuple(int(part) for part in axes.split(","))
+    except ValueError:
+        raise ValueError(f"axes={axes!r} is not 'all' or comma-separated integers") from None
+    if len(set(picked)) != len(picked) or not all(0 <= a < rank for a in picked):
+        raise ValueError(f"axes={axes!r} must name distinct free axes of src, 0..{rank - 1}")
+    return tuple(sorted(picked))

@@ -3,7 +3,7 @@
 Layout (every integer little-endian)::
 
     offset 0   magic        4 bytes  b"NEFF"
-           4   version      u16      FORMAT_VERSION (1)
+           4   version      u16      FORMAT_VERSION (2)
            6   flags        u16      0 (no flag is defined yet; others are rejected)
            8   sections     u32      entries in the section table
           12   length       u64      total file length in bytes, checksum included
@@ -24,8 +24,10 @@ Sections (kind: content), each exactly once:
                 u8 memory (index in program.MEMORIES), u8 dtype code, u8 pair count, u8 0,
                 i32 start partition, i32 partitions, i64 byte offset, i64 partition stride,
                 i32 tensor (index in the header's tensors; -1 for none), pairs x (i64 stride, i64 count);
-                every attribute in table order: int i64, float f64, str with choices u16 index
-                into them, other str u32 string index; u32 comment (string index, 0 = none);
+                u8 attribute count A, then the first A attributes in table order: int i64,
+                float f64, str with choices u16 index into them, other str u32 string index
+                (attributes the table gained after the file was written take their defaults);
+                u32 comment (string index, 0 = none);
                 u16 wait count, waits x (u32 semaphore, u32 value); u16 signal count, u32 each.
 4 constants     the raw little-endian C-order bytes of each constant array.
 
@@ -33,7 +35,7 @@ What the container keeps: everything in a Program except ``Instruction.line`` (a
 .s text; decoded as None) and ``Program.constants_file`` (a text-form detail). Instruction comments
 are kept (``neuronc disasm`` shows them). Absent attributes are written as their defaults, as in the
 text form. The container checks structure only; which engine or memory an instruction may use is
-the assembler's and emulator's business.
+the assembler's and emulator's business. Version 1 (no attribute count) is not read: compile again.
 """
 
 from __future__ import annotations
@@ -50,14 +52,14 @@ from typing import Any
 
 import numpy as np
 
-from isa.asm import constant_problems, isa_dtype_of, write_atomic
+from isa.constants import constant_problems, isa_dtype_of, write_atomic
 from isa.dtypes import DTYPE_BY_CODE, DTYPES
 from isa.errors import NeffError, ProgramError
 from isa.instructions import OPCODE_BY_CODE, OPCODES, AttrSpec
 from isa.program import ENGINES, MEMORIES, TENSOR_KINDS, AccessPattern, Instruction, Program, TensorDecl
 
 MAGIC = b"NEFF"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 SECTION_HEADER, SECTION_STRINGS, SECTION_INSTRUCTIONS, SECTION_CONSTANTS = 1, 2, 3, 4
 SECTION_NAMES = {SECTION_HEADER: "header", SECTION_STRINGS: "strings",
                  SECTION_INSTRUCTIONS: "instructions", SECTION_CONSTANTS: "constants"}
@@ -67,7 +69,7 @@ _SECTION_ENTRY = struct.Struct("<IQQ")
 _CHECKSUM_BYTES = hashlib.sha256().digest_size
 _U16, _U32 = struct.Struct("<H"), struct.Struct("<I")
 _INSTR_HEAD = struct.Struct("<HBB")
-_OPERAND_INDEX = struct.Struct("<B")
+_OPERAND_INDEX = _ATTR_COUNT = struct.Struct("<B")
 _PATTERN_HEAD = struct.Struct("<BBBxiiqqi")
 _PAIR = struct.Struct("<qq")
 _WAIT = struct.Struct("<II")
@@ -149,6 +151,7 @@ def _encode_instruction(instr: Instruction, tensor_index: dict[str, int], string
     for index, name in enumerate(names):
         if name in instr.operands:
             out += _OPERAND_INDEX.pack(index) + _encode_pattern(instr.operands[name], tensor_index)
+    out += _ATTR_COUNT.pack(len(spec.attrs))
     for attr in spec.attrs:
         value = instr.attrs.get(attr.name, attr.default)
         if value is None:
@@ -380,7 +383,9 @@ def _decode_instruction(reader: _Reader, number: int, tensors: list[str], string
         instr.operands[name] = AccessPattern(MEMORIES[memory], DTYPE_BY_CODE[dtype].name, offset, pattern,
                                              start, partitions, tensors[tensor] if tensor >= 0 else None,
                                              pstride)
-    for attr in spec.attrs:
+    (attr_count,) = reader.read(_ATTR_COUNT, what)
+    check(attr_count <= len(spec.attrs), f"{spec.name} has {len(spec.attrs)} attributes, not {attr_count}")
+    for attr in spec.attrs[:attr_count]:
         if attr.kind is not str:
             (instr.attrs[attr.name],) = reader.read(_ATTR_STRUCTS[attr.kind], what)
         elif attr.choices:
@@ -389,6 +394,9 @@ def _decode_instruction(reader: _Reader, number: int, tensors: list[str], string
             instr.attrs[attr.name] = attr.choices[index]
         else:
             instr.attrs[attr.name] = string(reader.read(_STRING, what)[0])
+    for attr in spec.attrs[attr_count:]:  # added to the table after the file was written
+        check(attr.default is not None, f"required attribute {attr.name!r} is missing")
+        instr.attrs[attr.name] = attr.default
     instr.comment = string(reader.read(_U32, what)[0])
     (wait_count,) = reader.read(_U16, what)
     instr.waits = [reader.read(_WAIT, what) for _ in range(wait_count)]

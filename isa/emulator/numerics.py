@@ -78,6 +78,16 @@ def _compare(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array], Ar
     return lambda a, b: fn(a, b).astype(F32)
 
 
+# comparison op -> predicate (bool result), shared by the ALU ops and affine_select
+COMPARE: dict[str, Callable[[Array, Array], Array]] = {
+    "is_equal": np.equal,
+    "not_equal": np.not_equal,
+    "is_gt": np.greater,
+    "is_ge": np.greater_equal,
+    "is_lt": np.less,
+    "is_le": np.less_equal,
+}
+
 # ALU op -> (operand domain, function). "f32": inputs upcast to fp32; "int": inputs as int64
 # (floats truncate toward zero), for the bitwise ops only.
 ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
@@ -88,12 +98,7 @@ ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
     "max": ("f32", np.maximum),
     "min": ("f32", np.minimum),
     "pow": ("f32", np.power),
-    "is_equal": ("f32", _compare(np.equal)),
-    "not_equal": ("f32", _compare(np.not_equal)),
-    "is_gt": ("f32", _compare(np.greater)),
-    "is_ge": ("f32", _compare(np.greater_equal)),
-    "is_lt": ("f32", _compare(np.less)),
-    "is_le": ("f32", _compare(np.less_equal)),
+    **{name: ("f32", _compare(fn)) for name, fn in COMPARE.items()},
     "bitwise_and": ("int", np.bitwise_and),
     "bitwise_or": ("int", np.bitwise_or),
     "bitwise_xor": ("int", np.bitwise_xor),
@@ -101,11 +106,11 @@ ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
     "logical_or": ("f32", lambda a, b: np.logical_or(_as_bool(a), _as_bool(b)).astype(F32)),
 }
 
-# reduce op -> numpy reduction over axis 1 of a [P, F] fp32 array
-REDUCE: dict[str, Callable[[Array], Array]] = {
-    "add": lambda x: np.sum(x, axis=1, dtype=F32, keepdims=True),
-    "max": lambda x: np.max(x, axis=1, keepdims=True),
-    "min": lambda x: np.min(x, axis=1, keepdims=True),
+# reduce op -> numpy reduction of an fp32 array over the given axes (dropped from the result)
+REDUCE: dict[str, Callable[[Array, tuple[int, ...]], Array]] = {
+    "add": lambda x, axes: np.sum(x, axis=axes, dtype=F32),
+    "max": lambda x, axes: np.max(x, axis=axes),
+    "min": lambda x, axes: np.min(x, axis=axes),
 }
 
 

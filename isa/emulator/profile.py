@@ -9,7 +9,7 @@ from typing import Any
 
 from isa.emulator.decode import Op
 from isa.emulator.scheduler import Timeline
-from isa.emulator.trace import Span, chrome_trace
+from isa.emulator.trace import Flow, Span, chrome_trace
 from isa.program import ENGINES, Program
 from isa.target import Target
 
@@ -45,6 +45,7 @@ class Profile:
     target: str = ""
     useful_macs: int = 0
     spans: list[Span] = field(default_factory=list, repr=False)
+    flows: list[Flow] = field(default_factory=list, repr=False)
     queues: int = 16
 
     def summary(self) -> str:
@@ -82,7 +83,7 @@ class Profile:
 
     def save_trace(self, path: str) -> None:
         """Write a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing)."""
-        trace = chrome_trace(self.spans, self.queues, {"summary": self.to_dict()})
+        trace = chrome_trace(self.spans, self.flows, self.queues, {"summary": self.to_dict()})
         with open(path, "w") as f:
             json.dump(trace, f)
 
@@ -98,15 +99,26 @@ def _bytes(n: float) -> str:
 def build_profile(program: Program, target: Target, ops: list[Op], timeline: Timeline) -> Profile:
     total_ns = timeline.time_ns
     spans: list[Span] = []
+    engine_span: dict[int, Span] = {}
+    transfer_span: dict[int, Span] = {}
     intervals: dict[str, list[tuple[float, float]]] = {e: [] for e in (*ENGINES, "dma")}
     for op in ops:
         start, end = timeline.start[op.index], timeline.end[op.index]
         intervals[op.engine].append((start, end))
-        spans.append(Span(op.engine, f"{op.engine}.{op.opcode}", start, end - start, op.index, op.inst))
+        engine_span[op.index] = Span(op.engine, f"{op.engine}.{op.opcode}", start, end - start, op.index, op.inst)
+        spans.append(engine_span[op.index])
         if op.queue >= 0:
             t0, t1 = timeline.transfer_start[op.index], timeline.transfer_end[op.index]
             intervals["dma"].append((t0, t1))
-            spans.append(Span(f"dma.q{op.queue}", "dma", t0, t1 - t0, op.index, op.inst))
+            transfer_span[op.index] = Span(f"dma.q{op.queue}", "dma", t0, t1 - t0, op.index, op.inst)
+            spans.append(transfer_span[op.index])
+    flows = []
+    for op in ops:
+        for sem, value in op.waits:
+            if 1 <= value <= len(timeline.increments.get(sem, ())):
+                index, by_transfer = timeline.increments[sem][value - 1]  # the increment that released it
+                source = (transfer_span if by_transfer else engine_span)[index]
+                flows.append(Flow(source, engine_span[op.index], sem, value))
     macs = program.meta.get("useful_macs")
     useful = int(macs) if isinstance(macs, int | float) else sum(op.macs for op in ops)
     cycles = total_ns * target.clock_ghz("pe")
@@ -124,5 +136,6 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
         target=target.name,
         useful_macs=useful,
         spans=spans,
+        flows=flows,
         queues=target.data["dma"]["queues"],
     )

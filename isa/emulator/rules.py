@@ -12,15 +12,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from math import prod
+from typing import NoReturn
 
 from isa.dtypes import DTYPES
 from isa.errors import ProgramError, RuleViolation
-from isa.instructions import OPCODES, OpcodeSpec
+from isa.instructions import ALL_AXES, NO_OP, OPCODES, OpcodeSpec, reduce_axes
 from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
 MAX_FREE_DIMS = 4
 FP8_DTYPES = ("fp8e4", "fp8e5")
+PE_DTYPES = ("f32", "bf16", "f16", *FP8_DTYPES)  # NKI nc_matmul: the Tensor engine takes floats only
+BLOCK = 32  # transpose32's block edge
 
 # machine-model.md "Engines and their instruction streams": GpSimd cannot access PSUM (PE's
 # SBUF-read/PSUM-write rule is in the per-operand memories of isa.instructions.OPCODES).
@@ -105,7 +108,7 @@ class RuleChecker:
         return spec
 
     @staticmethod
-    def _fail(who: str, rule: str, values: str) -> None:
+    def _fail(who: str, rule: str, values: str) -> NoReturn:
         raise RuleViolation(f"{who}: {rule}: {values}")
 
     def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
@@ -207,7 +210,20 @@ class RuleChecker:
             self._fail(who, f"operand {name} must be a per-partition [P, 1] vector",
                        f"{ap.partitions}x{free_size(ap)} for {dst.partitions} partitions")
 
+    def _pe_dtype(self, who: str, inst: Instruction) -> None:
+        src = inst.operands["src"]
+        if src.dtype not in PE_DTYPES:
+            self._fail(who, "operand src: PE operands must be floating point",
+                       f"{src.dtype}; allowed: {', '.join(PE_DTYPES)}")
+
+    def _psum_bank(self, who: str, what: str, dst: AccessPattern) -> None:
+        bank = self.target.psum_bank_bytes
+        lo, hi = byte_bounds(dst)
+        if lo // bank != (hi - 1) // bank:
+            self._fail(who, f"{what} dst crosses a PSUM bank", f"bytes [{lo}, {hi}), banks of {bank}")
+
     def _load_stationary(self, who: str, inst: Instruction) -> None:
+        self._pe_dtype(who, inst)
         src = inst.operands["src"]
         max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
         if src.partitions > max_k:
@@ -221,6 +237,10 @@ class RuleChecker:
         stationary = self.state.stationary
         if stationary is None:
             self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
+        self._pe_dtype(who, inst)
+        max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
+        if src.partitions > max_k:
+            self._fail(who, "moving K over the limit", f"K={src.partitions} > {max_k} for {src.dtype}")
         if free_size(src) > self.pe["max_n"]:
             self._fail(who, "moving N over the limit", f"N={free_size(src)} > {self.pe['max_n']}")
         if src.partitions != stationary.partitions:
@@ -233,21 +253,95 @@ class RuleChecker:
             self._fail(who, "dst free size must equal moving N", f"{free_size(dst)} vs N={free_size(src)}")
         if dst.dtype != "f32":
             self._fail(who, "matmul dst must be f32 (PSUM accumulates in fp32)", dst.dtype)
-        bank = self.target.psum_bank_bytes
-        lo, hi = byte_bounds(dst)
-        if lo // bank != (hi - 1) // bank:
-            self._fail(who, "matmul dst crosses a PSUM bank", f"bytes [{lo}, {hi}), banks of {bank}")
+        self._psum_bank(who, "matmul", dst)
+
+    def _transpose(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        self._pe_dtype(who, inst)
+        parts, free = src.partitions, free_size(src)
+        if parts > self.pe["max_k"] or free > self.pe["max_m"]:
+            self._fail(who, "transpose input over the limit",
+                       f"[{parts}, {free}] > [{self.pe['max_k']}, {self.pe['max_m']}]")
+        if dst.partitions != free or free_size(dst) != parts:
+            self._fail(who, "transpose dst must be [F, P] of src [P, F]",
+                       f"dst {dst.partitions}x{free_size(dst)}, src {parts}x{free}")
+        if dst.dtype not in ("f32", src.dtype):
+            self._fail(who, "transpose dst dtype must be f32 or the src dtype", f"dst {dst.dtype}, src {src.dtype}")
+        self._psum_bank(who, "transpose", dst)
 
     def _activation(self, who: str, inst: Instruction) -> None:
         self._same_shape(who, inst, ("dst", "src"))
-        self._per_partition_vector(who, inst, "bias")
-        self._per_partition_vector(who, inst, "scale_vec")
+        for name in ("bias", "scale_vec", "acc"):
+            self._per_partition_vector(who, inst, name)
+        command = inst.attrs.get("acc_cmd", "idle")
+        if "acc" in inst.operands and command not in ("reduce", "reset_reduce"):
+            self._fail(who, "an acc operand needs acc_cmd reduce or reset_reduce", f"acc_cmd={command}")
+
+    def _tensor_scalar(self, who: str, inst: Instruction) -> None:
+        self._same_shape(who, inst, ("dst", "src"))
+        for name in ("scalar_vec", "scalar1_vec"):
+            self._per_partition_vector(who, inst, name)
+        if "scalar1_vec" in inst.operands and inst.attrs.get("op1", NO_OP) == NO_OP:
+            self._fail(who, "operand scalar1_vec needs a second operation", f"op1={NO_OP}")
 
     def _tensor_reduce(self, who: str, inst: Instruction) -> None:
         dst, src = inst.operands["dst"], inst.operands["src"]
-        if dst.partitions != src.partitions or free_size(dst) != 1:
+        axes_attr = inst.attrs.get("axes", ALL_AXES)
+        try:
+            axes = reduce_axes(str(axes_attr), len(src.pattern))
+        except ValueError as e:
+            problem = str(e)
+        else:
+            problem = ""
+        if problem:
+            self._fail(who, "bad reduce axes", f"{problem} (src has {len(src.pattern)} free dimensions)")
+        kept = prod(count for axis, (_, count) in enumerate(src.pattern) if axis not in axes)
+        if axes_attr == ALL_AXES and (dst.partitions != src.partitions or free_size(dst) != 1):
             self._fail(who, "reduce dst must be [P, 1] of the src partitions",
                        f"dst {dst.partitions}x{free_size(dst)}, src {src.partitions} partitions")
+        if dst.partitions != src.partitions or free_size(dst) != kept:
+            self._fail(who, "reduce dst must hold the src partitions x the kept elements",
+                       f"dst {dst.partitions}x{free_size(dst)}, src {src.partitions}x{kept} kept")
+
+    def _transpose32(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        parts, free = src.partitions, free_size(src)
+        if parts <= BLOCK and free <= BLOCK:
+            want = (free, parts)
+        elif parts % BLOCK or free % BLOCK:
+            self._fail(who, f"transpose32 needs one block (P, F <= {BLOCK}) or P and F multiples of {BLOCK}",
+                       f"src {parts}x{free}")
+        else:
+            want = (parts, free)
+        if (dst.partitions, free_size(dst)) != want:
+            self._fail(who, "transpose32 dst has the wrong shape",
+                       f"dst {dst.partitions}x{free_size(dst)}, expected {want[0]}x{want[1]} for src {parts}x{free}")
+
+    def _stats_shapes(self, who: str, inst: Instruction, width: int) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        if dst.partitions != src.partitions or free_size(dst) != width:
+            self._fail(who, f"{inst.opcode} dst must be [P, {width}] of the src partitions",
+                       f"dst {dst.partitions}x{free_size(dst)}, src {src.partitions} partitions")
+
+    def _bn_stats(self, who: str, inst: Instruction) -> None:
+        limit = self.stream["bn_stats_max_free"]
+        free = free_size(inst.operands["src"])
+        if free > limit:
+            self._fail(who, "bn_stats free size over the limit", f"{free} elements > {limit}")
+        self._stats_shapes(who, inst, 6)
+
+    def _bn_aggr(self, who: str, inst: Instruction) -> None:
+        free = free_size(inst.operands["src"])
+        if free % 3:
+            self._fail(who, "bn_aggr src must hold (count, mean, variance * count) triples",
+                       f"{free} elements per partition")
+        self._stats_shapes(who, inst, 2)
+
+    def _partition_reduce(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        if free_size(dst) != free_size(src):
+            self._fail(who, "partition_reduce dst must have the src free size",
+                       f"{free_size(dst)} vs {free_size(src)}")
 
     def _dma(self, who: str, inst: Instruction) -> None:
         dst, src = inst.operands["dst"], inst.operands["src"]
@@ -267,10 +361,17 @@ def _no_rule(checker: RuleChecker, who: str, inst: Instruction) -> None:
 OPCODE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
     "load_stationary": RuleChecker._load_stationary,
     "multiply_moving": RuleChecker._multiply_moving,
+    "transpose": RuleChecker._transpose,
     "activation": RuleChecker._activation,
     "tensor_tensor": lambda c, who, inst: c._same_shape(who, inst, ("dst", "a", "b")),
-    "tensor_scalar": lambda c, who, inst: c._same_shape(who, inst, ("dst", "src")),
+    "tensor_scalar": RuleChecker._tensor_scalar,
     "tensor_copy": lambda c, who, inst: c._same_shape(who, inst, ("dst", "src")),
+    "select": lambda c, who, inst: c._same_shape(who, inst, ("dst", "pred", "a", "b")),
+    "affine_select": lambda c, who, inst: c._same_shape(who, inst, ("dst", "src")),
     "tensor_reduce": RuleChecker._tensor_reduce,
+    "partition_reduce": RuleChecker._partition_reduce,
+    "transpose32": RuleChecker._transpose32,
+    "bn_stats": RuleChecker._bn_stats,
+    "bn_aggr": RuleChecker._bn_aggr,
     "dma": RuleChecker._dma,
 }

@@ -72,6 +72,8 @@ class Timeline:
     transfer_end: dict[int, float] = field(default_factory=dict)
     stalls: dict[str, dict[str, float]] = field(default_factory=lambda: defaultdict(lambda: defaultdict(float)))
     time_ns: float = 0.0
+    # semaphore -> the increments in order: (instruction index, by its dma transfer?)
+    increments: dict[int, list[tuple[int, bool]]] = field(default_factory=lambda: defaultdict(list))
 
 
 class Scheduler:
@@ -176,6 +178,7 @@ class Scheduler:
         for sem in op.signals:
             self.sems[sem] += 1
             self.sem_source[sem] = source
+            self.timeline.increments[sem].append((op.index, transfer))
             if self.observer:
                 self.observer.on_signal(op, transfer, sem)
             for stream in self.waiters.pop(sem, ()):

@@ -3,6 +3,8 @@
 Each opcode's ``cost`` class in ``isa.instructions.OPCODES`` selects a rule of ``COSTS``; a rule
 returns the time in ns the instruction occupies its engine (for ``dma``: the SP trigger only; the
 transfer's cost is ``dma_effective_bytes`` / the queue rate, see ``isa.emulator.scheduler``).
+``dependent_extra`` adds the larger DVE access overhead of an instruction that depends on the one
+just before it on its engine, or that works on few elements.
 """
 
 from __future__ import annotations
@@ -10,17 +12,21 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from isa.dtypes import DTYPES
-from isa.emulator.rules import free_size
+from isa.emulator.rules import byte_bounds, free_size
+from isa.instructions import OPCODES
 from isa.program import AccessPattern, Instruction
 from isa.target import Target
+
+STREAM_CLASSES = ("stream1", "stream2", "stream3")
 
 
 def _pe_cycles(target: Target, free: int, dtype: str) -> float:
     """machine-model.md "Tensor engine (PE)": initiation interval max(N, 64) PE cycles for
-    bf16/fp16/fp8, 4x that for fp32."""
+    bf16/fp16/fp8, 4x that for fp32. (fp8's 2x peak on trn2 comes from its contraction of 256
+    rows per instruction, pe.max_k_fp8, at the same interval.)"""
     pe = target.data["pe"]
     cycles = max(free, pe["min_interval"])
-    return cycles * (pe["fp32_factor"] if dtype in ("f32", "i32") else 1)
+    return cycles * (pe["fp32_factor"] if dtype == "f32" else 1)
 
 
 def pe_matmul(target: Target, inst: Instruction) -> float:
@@ -36,6 +42,18 @@ def pe_load(target: Target, inst: Instruction) -> float:
     return fraction * _pe_cycles(target, free_size(src), src.dtype) / target.clock_ghz("pe")
 
 
+def pe_transpose(target: Target, inst: Instruction) -> float:
+    """machine-model.md "Tensor engine (PE)": the transpose of a [P, F] tile. Mode ``matmul``
+    (trn1): one MultiplyMoving of an identity [P, P] through the tile, max(P, 64) cycles, 4x for
+    fp32. Mode ``native`` (trn2): max(P, min_interval) cycles with the target's own fp32 factor."""
+    src = inst.operands["src"]
+    spec = target.data["pe"]["transpose"]
+    if spec["mode"] == "matmul":
+        return _pe_cycles(target, src.partitions, src.dtype) / target.clock_ghz("pe")
+    factor = spec["fp32_factor"] if src.dtype == "f32" else 1
+    return max(src.partitions, spec["min_interval"]) * factor / target.clock_ghz("pe")
+
+
 def _first_input(inst: Instruction) -> AccessPattern:
     ops = inst.operands
     return ops.get("src") or ops.get("a") or ops["dst"]
@@ -44,13 +62,17 @@ def _first_input(inst: Instruction) -> AccessPattern:
 def _stream(target: Target, inst: Instruction, inputs: int) -> float:
     """machine-model.md "Vector (DVE), Scalar (ACT), GpSimd (POOL)": ~N cycles per input tile
     (N = free elements per partition) plus a static ~60-cycle access overhead; trn2 DVE has a
-    faster bf16 rate (stream.bf16_rate)."""
+    faster bf16 rate (stream.bf16_rate); reading ACT's accumulator registers out (an activation
+    with an ``acc`` operand, ActReadAccumulator) adds act.read_accumulator_cycles."""
     stream = target.data["stream"]
     n = free_size(_first_input(inst)) * inputs
     rate = stream.get("bf16_rate", {}).get(inst.engine, 1)
     if rate != 1 and all(ap.dtype == "bf16" for ap in inst.operands.values()):
         n /= rate
-    return (n + stream["overhead_cycles"]) / target.clock_ghz(inst.engine)
+    cycles = n + stream["overhead_cycles"]
+    if "acc" in inst.operands and inst.opcode == "activation":
+        cycles += target.data["act"]["read_accumulator_cycles"]
+    return cycles / target.clock_ghz(inst.engine)
 
 
 def stream1(target: Target, inst: Instruction) -> float:
@@ -59,6 +81,10 @@ def stream1(target: Target, inst: Instruction) -> float:
 
 def stream2(target: Target, inst: Instruction) -> float:
     return _stream(target, inst, 2)
+
+
+def stream3(target: Target, inst: Instruction) -> float:
+    return _stream(target, inst, 3)
 
 
 def dma_trigger(target: Target, inst: Instruction) -> float:
@@ -74,11 +100,45 @@ def sync(target: Target, inst: Instruction) -> float:
 COSTS: dict[str, Callable[[Target, Instruction], float]] = {
     "pe_matmul": pe_matmul,
     "pe_load": pe_load,
+    "pe_transpose": pe_transpose,
     "stream1": stream1,
     "stream2": stream2,
+    "stream3": stream3,
     "dma": dma_trigger,
     "sync": sync,
 }
+
+
+def _overlaps(a: AccessPattern, b: AccessPattern) -> bool:
+    if a.memory != b.memory or a.tensor != b.tensor:
+        return False
+    if a.memory != "hbm" and not (a.start_partition < b.start_partition + b.partitions
+                                  and b.start_partition < a.start_partition + a.partitions):
+        return False
+    (lo_a, hi_a), (lo_b, hi_b) = byte_bounds(a), byte_bounds(b)
+    return lo_a < hi_b and lo_b < hi_a
+
+
+def depends_on(inst: Instruction, previous: Instruction) -> bool:
+    """Whether ``inst`` reads bytes ``previous`` writes (boxes of partitions x bytes overlap)."""
+    spec, prev_spec = OPCODES[inst.opcode], OPCODES[previous.opcode]
+    writes = [ap for name, ap in previous.operands.items() if prev_spec.operand(name).access == "w"]
+    reads = [ap for name, ap in inst.operands.items() if spec.operand(name).access == "r"]
+    return any(_overlaps(r, w) for r in reads for w in writes)
+
+
+def dependent_extra(target: Target, inst: Instruction, previous: Instruction | None) -> float:
+    """machine-model.md "Vector (DVE)...": the access overhead is ~100 cycles instead of ~60 when
+    the instruction depends on the one just before it on its engine (back to back) or works on few
+    elements (N < stream.small_free_elements, "N << 128"), on the engines the target names in
+    stream.dependent_overhead_engines. Returns the extra ns (0 when neither holds)."""
+    stream = target.data["stream"]
+    if inst.engine not in stream["dependent_overhead_engines"] or OPCODES[inst.opcode].cost not in STREAM_CLASSES:
+        return 0.0
+    small = free_size(_first_input(inst)) < stream["small_free_elements"]
+    if small or (previous is not None and depends_on(inst, previous)):
+        return (stream["dependent_overhead_cycles"] - stream["overhead_cycles"]) / target.clock_ghz(inst.engine)
+    return 0.0
 
 
 def contiguous_runs(ap: AccessPattern) -> int:

@@ -1,7 +1,8 @@
 """Text form of instructions for trace events and messages, and the Chrome/Perfetto trace JSON.
 
-The format follows the access-pattern syntax of ``isa/program.py``'s docstring; it is a display
-form only (the assembler's printer lives elsewhere).
+Trace events carry each instruction as the assembler's printer writes it (the line of the .s
+file); semaphore waits are flow arrows from the instruction (or DMA transfer) whose increment
+released the wait to the waiting instruction.
 """
 
 from __future__ import annotations
@@ -9,27 +10,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from isa.asm import print_instruction, print_pattern
+from isa.errors import ProgramError
 from isa.program import ENGINES, AccessPattern, Instruction
 
 
 def format_ap(ap: AccessPattern) -> str:
-    pairs = "".join(f"[{s},{c}]" for s, c in ap.pattern)
-    if ap.memory == "hbm":
-        return f"hbm:{ap.tensor}@{ap.offset}[{ap.partition_stride},{ap.partitions}]{pairs}:{ap.dtype}"
-    end = ap.start_partition + ap.partitions
-    return f"{ap.memory}[{ap.start_partition}:{end}]@{ap.offset}{pairs}:{ap.dtype}"
+    """An access pattern as the .s text writes it (a display form for what text cannot say)."""
+    try:
+        return print_pattern(ap)
+    except ProgramError:
+        pairs = "".join(f"[{s},{c}]" for s, c in ap.pattern)
+        return f"{ap.memory}:{ap.tensor}[{ap.start_partition}+{ap.partitions}]@{ap.offset}{pairs}:{ap.dtype}"
 
 
 def format_instruction(inst: Instruction) -> str:
-    """``pe.multiply_moving dst=psum[0:128]@0[1,512]:f32 src=... acc=1 wait=3>=1 signal=4``."""
-    parts = [f"{inst.engine}.{inst.opcode}"]
-    parts += [f"{name}={format_ap(ap)}" for name, ap in inst.operands.items()]
-    parts += [f"{name}={value}" for name, value in inst.attrs.items()]
-    if inst.waits:
-        parts.append("wait=" + ",".join(f"{s}>={v}" for s, v in inst.waits))
-    if inst.signals:
-        parts.append("signal=" + ",".join(str(s) for s in inst.signals))
-    return " ".join(parts)
+    """The instruction's line of .s text (``print_instruction``); a plain display form if text cannot
+    say it (a program built in Python with values the printer refuses)."""
+    try:
+        return print_instruction(inst)
+    except ProgramError:
+        parts = [f"{inst.engine}.{inst.opcode}"]
+        parts += [f"{name}={format_ap(ap)}" for name, ap in inst.operands.items()]
+        parts += [f"{name}={value!r}" for name, value in inst.attrs.items()]
+        return " ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,23 @@ class Span:
     inst: Instruction
 
 
+@dataclass(frozen=True)
+class Flow:
+    """A semaphore wait: ``source`` (a span) incremented ``sem`` to ``value``, releasing ``target``."""
+
+    source: Span
+    target: Span
+    sem: int
+    value: int
+
+
 def track_names(queues: int) -> list[str]:
     return [*ENGINES, *(f"dma.q{q}" for q in range(queues))]
 
 
-def chrome_trace(spans: list[Span], queues: int, metadata: dict[str, Any]) -> dict[str, Any]:
-    """Chrome trace-event JSON (loads in Perfetto / chrome://tracing): one thread per track."""
+def chrome_trace(spans: list[Span], flows: list[Flow], queues: int, metadata: dict[str, Any]) -> dict[str, Any]:
+    """Chrome trace-event JSON (loads in Perfetto / chrome://tracing): one thread per track,
+    a complete ("X") event per span, a flow ("s" -> "f") per semaphore wait."""
     tids = {name: tid for tid, name in enumerate(track_names(queues), start=1)}
     events: list[dict[str, Any]] = [
         {"ph": "M", "pid": 1, "name": "process_name", "args": {"name": "NeuronCore"}},
@@ -58,10 +73,24 @@ def chrome_trace(spans: list[Span], queues: int, metadata: dict[str, Any]) -> di
         events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_name", "args": {"name": name}})
         events.append({"ph": "M", "pid": 1, "tid": tid, "name": "thread_sort_index",
                        "args": {"sort_index": tid}})
+    texts: dict[int, str] = {}
     for span in spans:
+        if span.index not in texts:
+            texts[span.index] = format_instruction(span.inst)
         events.append({
             "ph": "X", "pid": 1, "tid": tids[span.track], "name": span.name,
             "ts": span.start_ns / 1000.0, "dur": span.dur_ns / 1000.0,
-            "args": {"instruction": format_instruction(span.inst), "index": span.index},
+            "args": {"instruction": texts[span.index], "index": span.index},
         })
+    for number, flow in enumerate(flows):
+        common = {"pid": 1, "name": f"s{flow.sem}>={flow.value}", "cat": "semaphore", "id": number}
+        # a flow event binds to the slice enclosing its timestamp on its thread ("bp": "e" for the
+        # end): the middle of each span, since back-to-back spans share their boundaries
+        events.append({**common, "ph": "s", "tid": tids[flow.source.track], "ts": _middle_us(flow.source)})
+        events.append({**common, "ph": "f", "bp": "e", "tid": tids[flow.target.track],
+                       "ts": _middle_us(flow.target)})
     return {"traceEvents": events, "displayTimeUnit": "ns", "metadata": metadata}
+
+
+def _middle_us(span: Span) -> float:
+    return (span.start_ns + span.dur_ns / 2) / 1000.0

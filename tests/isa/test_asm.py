@@ -187,9 +187,25 @@ def test_random_programs_round_trip(program: Program) -> None:
 
 def test_defaults_are_filled_and_printed() -> None:
     program = parse_program(".target trn1\nact.activation src=sbuf[0:1]@0:f32 dst=sbuf[0:1]@4:f32\n")
-    assert program.instructions[0].attrs == {"func": "identity", "scale": 1.0}
+    assert program.instructions[0].attrs == {"func": "identity", "scale": 1.0, "acc_cmd": "idle"}
     assert print_program(program).splitlines()[-1] == (
         "act.activation dst=sbuf[0:1]@4:f32 src=sbuf[0:1]@0:f32 func=identity scale=1.0")
+
+
+def test_optional_attributes_are_printed_only_off_their_default() -> None:
+    """Attributes added to an opcode later (``optional``) leave older programs' text unchanged."""
+    src = AccessPattern("sbuf", "f32", 0, ((1, 4),), 0, 8)
+    plain = Instruction("dve", "tensor_scalar", {"dst": src, "src": src}, {"op": "add", "scalar": 1.0})
+    assert print_instruction(plain) == ("dve.tensor_scalar dst=sbuf[0:8]@0[1,4]:f32 src=sbuf[0:8]@0[1,4]:f32 "
+                                        "op=add scalar=1.0")
+    for attrs, shown in (({"op1": "none", "scalar1": 0.0}, ""), ({"scalar1": -0.0}, " scalar1=-0.0"),
+                         ({"op1": "max", "scalar1": 2.0}, " op1=max scalar1=2.0")):
+        instr = replace(plain, attrs={**plain.attrs, **attrs})
+        text = print_instruction(instr)
+        assert text == print_instruction(plain) + shown
+        parsed = parse_program(f".target trn1\n{text}\n").instructions[0]
+        assert print_instruction(parsed) == text
+        assert math.copysign(1, parsed.attrs["scalar1"]) == math.copysign(1, attrs.get("scalar1", 0.0))
 
 
 def test_special_floats_and_strings() -> None:

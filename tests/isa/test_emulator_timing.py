@@ -63,7 +63,8 @@ def test_stream_engine_cost_is_n_per_input_plus_overhead(engine, opcode, inputs,
                 "tensor_scalar": {"src": tile, "op": "add", "scalar": 1.0}}.get(opcode, {"src": tile})
     insts = [ins(engine, opcode, dst=sb(0, 128, 16384, [[1, n]]), **operands) for _ in range(3)]
     elapsed, profile = time_ns(insts)
-    assert elapsed == approx(3 * (inputs * n + 60) / clock)
+    overhead = 100 if engine == "dve" and n < 32 else 60  # DVE: N << 128 costs the larger overhead
+    assert elapsed == approx(3 * (inputs * n + overhead) / clock)
     assert profile.engine_busy[engine] == approx(1.0)
 
 

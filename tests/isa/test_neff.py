@@ -44,7 +44,7 @@ def _split(data: bytes) -> tuple[int, int, dict[int, bytes]]:
     return version, flags, sections
 
 
-def _join(sections: dict[int, bytes], version: int = 1, flags: int = 0) -> bytes:
+def _join(sections: dict[int, bytes], version: int = neff.FORMAT_VERSION, flags: int = 0) -> bytes:
     offset = 20 + 20 * len(sections)
     length = offset + sum(map(len, sections.values())) + 32
     out = bytearray(struct.pack("<4sHHIQ", b"NEFF", version, flags, len(sections), length))
@@ -69,7 +69,7 @@ def test_every_opcode_and_dtype_round_trip_exactly() -> None:
 def test_layout_matches_the_documentation() -> None:
     program = _full_program()
     version, flags, sections = _split(neff.encode(program))
-    assert (version, flags, sorted(sections)) == (1, 0, [1, 2, 3, 4])
+    assert (version, flags, sorted(sections)) == (2, 0, [1, 2, 3, 4])
     header = json.loads(sections[1])
     assert header["tensors"][1] == ["w.0", "const", "bf16", [8, 8]]
     assert header["constants"][0] == {"name": "w.0", "dtype": "bf16", "shape": [8, 8], "offset": 0,
@@ -109,6 +109,28 @@ def test_free_string_attribute_uses_the_string_table(monkeypatch) -> None:
     assert_same_program(parse_program(text), program)
 
 
+def test_attributes_added_to_the_table_later_take_their_defaults(monkeypatch) -> None:
+    """A file records how many attributes it wrote: one written before the table grew still decodes."""
+    old = OpcodeSpec("label", ("pe",), (), (AttrSpec("n", int, 0),), "sync", 99, "Test only.")
+    grown = replace(old, attrs=(*old.attrs, AttrSpec("mode", str, "fast", ("fast", "slow"), optional=True),
+                                AttrSpec("gain", float, 1.5, optional=True)))
+    monkeypatch.setitem(instructions_table.OPCODE_BY_CODE, 99, old)
+    monkeypatch.setitem(instructions_table.OPCODES, "label", old)
+    data = neff.encode(Program("trn1", instructions=[Instruction("pe", "label", attrs={"n": 7})]))
+    monkeypatch.setitem(instructions_table.OPCODE_BY_CODE, 99, grown)
+    monkeypatch.setitem(instructions_table.OPCODES, "label", grown)
+    (instr,) = neff.decode(data).instructions
+    assert instr.attrs == {"n": 7, "mode": "fast", "gain": 1.5}
+    assert print_program(neff.decode(data)).splitlines()[-1] == "pe.label n=7"  # optional: not printed
+    required = replace(grown, attrs=(*grown.attrs, AttrSpec("must", int, None)))
+    monkeypatch.setitem(instructions_table.OPCODE_BY_CODE, 99, required)
+    with pytest.raises(NeffError, match="instruction 0: required attribute 'must' is missing"):
+        neff.decode(data)
+    monkeypatch.setitem(instructions_table.OPCODE_BY_CODE, 99, replace(old, attrs=()))
+    with pytest.raises(NeffError, match="instruction 0: label has 0 attributes, not 1"):
+        neff.decode(data)
+
+
 def test_wrong_magic_names_the_first_bytes() -> None:
     with pytest.raises(NeffError, match=r"not a .neff file: it starts with b'PK\\x03\\x04"):
         neff.decode(b"PK\x03\x04" + bytes(100))
@@ -134,8 +156,10 @@ def test_flipped_byte_fails_the_checksum() -> None:
 
 def test_future_version_and_unknown_flags() -> None:
     _, _, sections = _split(neff.encode(_full_program()))
-    with pytest.raises(NeffError, match=r"unsupported .neff format version 2 \(this neuronc reads version 1\)"):
-        neff.decode(_join(sections, version=2))
+    for version in (1, 3):
+        with pytest.raises(NeffError, match=rf"unsupported .neff format version {version} \(this neuronc reads "
+                                            r"version 2\); compile the model again"):
+            neff.decode(_join(sections, version=version))
     with pytest.raises(NeffError, match="unsupported .neff flags 0x0001"):
         neff.decode(_join(sections, flags=1))
     with pytest.raises(NeffError, match="3 unexpected bytes after its end"):
@@ -151,9 +175,9 @@ MALFORMED = [
     ({1: b'{"target": 3}'}, "malformed header section: missing or bad 'target'"),
     ({3: _instruction_section(77)}, "malformed instructions section: instruction 0: unknown opcode code 77"),
     ({3: _instruction_section(11)}, "malformed instructions section: ends inside instruction 0 at byte 8"),
-    ({3: _instruction_section(11, struct.pack("<IHH", 0, 0, 0) + b"x")},
+    ({3: _instruction_section(11, struct.pack("<BIHH", 0, 0, 0, 0) + b"x")},
      "malformed instructions section: 1 stray bytes at its end"),
-    ({3: _instruction_section(11, struct.pack("<IHH", 10**6, 0, 0))},
+    ({3: _instruction_section(11, struct.pack("<BIHH", 0, 10**6, 0, 0))},
      "malformed instructions section: instruction 0: string index 1000000 out of range"),
     ({2: struct.pack("<II", 1, 5) + b"ab"}, "malformed strings section: ends inside string 0"),
     ({4: b""}, "malformed constants section: 'w.0': 128 bytes at 0 do not hold bf16[8, 8] within 0 bytes"),

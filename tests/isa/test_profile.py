@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
 import pytest
 
+from isa.asm import print_instruction, print_program
 from isa.emulator import ProgressBar, run_program
 from isa.emulator.trace import format_instruction
 from isa.target import load_target
@@ -80,19 +82,55 @@ def test_chrome_trace_has_a_track_per_engine_and_queue_and_instruction_text(tmp_
     assert len(boxes) == len(prog.instructions) + 6  # every instruction, plus one box per transfer
     mm = [e for e in boxes if e["name"] == "pe.multiply_moving"]
     assert [e["tid"] for e in mm] == [names["pe"]] * 2
+    # the instruction's text is its line of the .s file, as the assembler's printer writes it
+    lines = print_program(prog).splitlines()[-len(prog.instructions):]
+    assert all(e["args"]["instruction"] == lines[e["args"]["index"]] for e in boxes)
     assert mm[1]["args"]["instruction"] == ("pe.multiply_moving dst=psum[0:64]@0[1,256]:f32 "
-                                            "src=sbuf[0:128]@4096[1,256]:bf16 acc=1 signal=1")
+                                            "src=sbuf[0:128]@4096[1,256]:bf16 acc=1 signal(s1)")
     transfers = [e for e in boxes if e["tid"] == names["dma.q1"]]
     assert len(transfers) == 1 and transfers[0]["dur"] > 1.0  # us
     end = max(e["ts"] + e["dur"] for e in boxes)
     assert end == pytest.approx(profile.time_us)
 
 
-def test_format_instruction_shows_hbm_operands_waits_and_signals():
+def test_semaphore_waits_are_flow_arrows_from_the_releasing_instruction(tmp_path):
+    """load_stationary waits s0>=5: released by the last of the five loads' *transfers* to complete;
+    activation waits s1>=1 (the second multiply_moving); the output DMA waits s2>=1 (activation)."""
+    prog, profile = matmul_run()
+    profile.save_trace(str(tmp_path / "trace.json"))
+    events = json.loads((tmp_path / "trace.json").read_text())["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    starts = {e["id"]: e for e in events if e["ph"] == "s"}
+    ends = {e["id"]: e for e in events if e["ph"] == "f"}
+    assert starts.keys() == ends.keys() and len(starts) == 3
+    boxes = [e for e in events if e["ph"] == "X"]
+
+    def box_at(event):  # the slice a flow event binds to: on its thread, the innermost enclosing its time
+        enclosing = [b for b in boxes if b["tid"] == event["tid"] and b["ts"] < event["ts"] < b["ts"] + b["dur"]]
+        return min(enclosing, key=lambda b: b["dur"])
+
+    arrows = {starts[i]["name"]: (box_at(starts[i]), box_at(ends[i])) for i in starts}
+    assert all(ends[i]["bp"] == "e" and starts[i]["cat"] == "semaphore" for i in starts)
+    source, target = arrows["s0>=5"]
+    assert tracks[source["tid"]].startswith("dma.q") and target["name"] == "pe.load_stationary"
+    last_transfer = max((b for b in boxes if tracks[b["tid"]].startswith("dma.q") and b["args"]["index"] < 5),
+                        key=lambda b: b["ts"] + b["dur"])
+    assert source is last_transfer
+    assert [b["name"] for b in arrows["s1>=1"]] == ["pe.multiply_moving", "act.activation"]
+    assert arrows["s1>=1"][0]["args"]["index"] == 8  # the second one
+    assert [b["name"] for b in arrows["s2>=1"]] == ["act.activation", "sp.dma"]
+
+
+def test_format_instruction_is_the_printed_line_and_survives_unprintable_values():
     inst = ins("sp", "dma", dst=hb("y", 64, [[16, 4], [1, 16]]), src=hb("x", 0, [[0, 4], [2, 8]], "bf16"),
                queue=3, waits=[(1, 2), (4, 1)], signals=[7])
-    assert format_instruction(inst) == ("sp.dma dst=hbm:y@64[16,4][1,16]:f32 src=hbm:x@0[0,4][2,8]:bf16 queue=3 "
-                                        "wait=1>=2,4>=1 signal=7")
+    inst.comment = "load x"
+    assert format_instruction(inst) == print_instruction(inst) == (
+        "sp.dma dst=hbm:y@64[16,4][1,16]:f32 src=hbm:x@0[0,4][2,8]:bf16 queue=3 "
+        "wait(s1>=2,s4>=1) signal(s7)  ; load x")
+    odd = ins("dve", "memset", dst=hb("y", 0, [[1, 2]]), value=1.0)
+    odd.operands["dst"] = replace(odd.operands["dst"], start_partition=3)  # text cannot say this
+    assert format_instruction(odd) == "dve.memset dst=hbm:y[3+2]@0:f32 value=1.0"
 
 
 class FakeTty(io.StringIO):

@@ -1,0 +1,341 @@
+"""Numerics of every opcode: a builder per opcode turns a decoded instruction into a ``run`` closure.
+
+Builders run once per instruction at decode time; they resolve attributes, pick the readers and
+the rounding store, and close over pre-built numpy views, so executing an instruction is a handful
+of whole-tile numpy calls with no per-element Python. Engine state that outlives one instruction
+(PE's stationary tile, ACT's accumulator registers) lives in ``EngineState``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from isa.emulator.numerics import (
+    ACTIVATIONS,
+    ALU,
+    COMPARE,
+    REDUCE,
+    make_store,
+    read_f32,
+    read_int,
+)
+from isa.instructions import NO_OP, OPCODES, reduce_axes
+from isa.program import Instruction
+
+Runner = Callable[[], None]
+F32 = np.float32
+
+
+class EngineState:
+    """State kept by the engines between instructions: PE's stationary tile as fp32 [K, M] and
+    ACT's per-partition fp32 accumulator registers (zero at start)."""
+
+    def __init__(self, partitions: int) -> None:
+        self.stationary = np.zeros((0, 0), dtype=F32)
+        self.act_acc = np.zeros((partitions, 1), dtype=F32)
+
+
+@dataclass
+class Ctx:
+    """What a numerics builder needs: the instruction, the views of its operands, the engine state."""
+
+    inst: Instruction
+    views: dict[str, np.ndarray]
+    state: EngineState
+
+    def attr(self, name: str) -> int | float | str:
+        """The attribute's value, or its default from the opcode table."""
+        if name in self.inst.attrs:
+            return self.inst.attrs[name]
+        for a in OPCODES[self.inst.opcode].attrs:
+            if a.name == name:
+                return a.default
+        raise KeyError(name)
+
+    def store(self, name: str = "dst") -> Callable[[np.ndarray, np.ndarray], None]:
+        return make_store(self.inst.operands[name].dtype)
+
+    def same_dtype(self, *names: str) -> bool:
+        """Whether the named operands all share one dtype (data can move without conversion)."""
+        return len({self.inst.operands[n].dtype for n in names}) == 1
+
+
+def _flat(view: np.ndarray) -> np.ndarray:
+    return view.reshape(view.shape[0], -1)
+
+
+def _nop(ctx: Ctx) -> Runner:
+    return lambda: None
+
+
+# PE -------------------------------------------------------------------------------------------
+
+def _load_stationary(ctx: Ctx) -> Runner:
+    src, state = ctx.views["src"], ctx.state
+
+    def run() -> None:
+        state.stationary = read_f32(src)
+
+    return run
+
+
+# MACs per BLAS call: OpenBLAS runs smaller GEMMs on one thread. Bigger ones spawn threads, and
+# on a small shared machine (2 cores, parallel test workers) oversubscribed BLAS threads make a
+# 128x128x512 product 20-100x slower than a few single-threaded calls.
+BLAS_CHUNK_MACS = 1 << 18
+
+
+def _multiply_moving(ctx: Ctx) -> Runner:
+    dst, src, state = ctx.views["dst"], ctx.views["src"], ctx.state
+    acc = bool(ctx.attr("acc"))
+    m, n = dst.shape[0], _flat(src).shape[1]
+    k = src.shape[0]
+    step = max(1, BLAS_CHUNK_MACS // max(1, k * m))
+    product = np.empty((m, n), dtype=F32)
+
+    def run() -> None:
+        stationary_t = np.ascontiguousarray(state.stationary.T)
+        moving = read_f32(src)  # exact upcast; fp32 products accumulated in fp32
+        for j in range(0, n, step):
+            np.matmul(stationary_t, moving[:, j:j + step], out=product[:, j:j + step])
+        if acc:
+            dst[...] = (product + dst.reshape(m, n)).reshape(dst.shape)
+        else:
+            dst[...] = product.reshape(dst.shape)
+
+    return run
+
+
+def _transpose(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    return lambda: store(dst, read_f32(src).T)
+
+
+# ACT ------------------------------------------------------------------------------------------
+
+def _activation(ctx: Ctx) -> Runner:
+    v = ctx.views
+    dst, src, bias, scale_vec, acc = v["dst"], v["src"], v.get("bias"), v.get("scale_vec"), v.get("acc")
+    func, store = ACTIVATIONS[ctx.attr("func")], ctx.store()
+    scale = F32(ctx.attr("scale"))
+    cmd = ctx.attr("acc_cmd")
+    p0 = ctx.inst.operands["src"].start_partition
+    registers = ctx.state.act_acc[p0:p0 + src.shape[0]]
+    store_acc = ctx.store("acc") if acc is not None else None
+
+    def run() -> None:
+        x = read_f32(src)
+        if scale_vec is not None:
+            x = x * read_f32(scale_vec)
+        elif scale != 1:
+            x = x * scale
+        if bias is not None:
+            x = x + read_f32(bias)
+        y = func(x)
+        store(dst, y)
+        if cmd in ("reset", "reset_reduce"):
+            registers[...] = 0
+        if cmd in ("reduce", "reset_reduce"):
+            registers[...] += np.sum(y, axis=1, dtype=F32, keepdims=True)
+        if store_acc is not None:
+            store_acc(acc, registers)
+
+    return run
+
+
+# DVE / POOL elementwise -----------------------------------------------------------------------
+
+def _alu_reader(op: str) -> Callable[[np.ndarray], np.ndarray]:
+    return read_int if ALU[op][0] == "int" else read_f32
+
+
+def _in_domain(op: str, values: np.ndarray) -> np.ndarray:
+    """An intermediate result as the operand domain of ``op`` wants it (int64 or fp32)."""
+    if ALU[op][0] == "int":
+        return values if values.dtype.kind in "iu" else np.trunc(values.astype(np.float64)).astype(np.int64)
+    return values.astype(F32, copy=False)
+
+
+def _tensor_tensor(ctx: Ctx) -> Runner:
+    dst, a, b = ctx.views["dst"], ctx.views["a"], ctx.views["b"]
+    op = ctx.attr("op")
+    fn, read, store = ALU[op][1], _alu_reader(op), ctx.store()
+    return lambda: store(dst, fn(read(a), read(b)))
+
+
+def _scalar_operand(ctx: Ctx, op: str, attr: str, vector: str) -> Callable[[], np.ndarray | np.generic]:
+    """The scalar of one tensor_scalar stage: the [P, 1] vector operand if given, else the immediate."""
+    view = ctx.views.get(vector)
+    if view is not None:
+        read = _alu_reader(op)
+        return lambda: read(view)
+    value = np.int64(ctx.attr(attr)) if ALU[op][0] == "int" else F32(ctx.attr(attr))
+    return lambda: value
+
+
+def _tensor_scalar(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    op0, op1 = ctx.attr("op"), ctx.attr("op1")
+    fn0, read = ALU[op0][1], _alu_reader(op0)
+    scalar0 = _scalar_operand(ctx, op0, "scalar", "scalar_vec")
+    if op1 == NO_OP:
+        return lambda: store(dst, fn0(read(src), scalar0()))
+    fn1 = ALU[op1][1]
+    scalar1 = _scalar_operand(ctx, op1, "scalar1", "scalar1_vec")
+    return lambda: store(dst, fn1(_in_domain(op1, fn0(read(src), scalar0())), scalar1()))
+
+
+def _tensor_copy(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    if ctx.same_dtype("dst", "src"):
+        return lambda: dst.__setitem__(Ellipsis, src.reshape(dst.shape))
+    if src.dtype.kind in "iu":
+        return lambda: store(dst, read_int(src))
+    return lambda: store(dst, read_f32(src))
+
+
+def _select(ctx: Ctx) -> Runner:
+    dst, pred, a, b = (ctx.views[n] for n in ("dst", "pred", "a", "b"))
+    if ctx.same_dtype("dst", "a", "b"):
+        def run_exact() -> None:
+            dst[...] = np.where(_flat(pred) != 0, _flat(a), _flat(b)).reshape(dst.shape)
+
+        return run_exact
+    store = ctx.store()
+    return lambda: store(dst, np.where(_flat(pred) != 0, read_f32(a), read_f32(b)))
+
+
+def _memset(ctx: Ctx) -> Runner:
+    dst, store = ctx.views["dst"], ctx.store()
+    value = np.full(dst.shape, ctx.attr("value"), dtype=F32)
+    return lambda: store(dst, value)
+
+
+def _partition_free_index(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """int64 partition index [P, 1] and flat free index [1, F] of a view's shape."""
+    free = int(np.prod(shape[1:], dtype=np.int64))
+    return np.arange(shape[0], dtype=np.int64)[:, None], np.arange(free, dtype=np.int64)[None, :]
+
+
+def _iota(ctx: Ctx) -> Runner:
+    dst, store = ctx.views["dst"], ctx.store()
+    p, i = _partition_free_index(dst.shape)
+    values = ctx.attr("base") + ctx.attr("channel_multiplier") * p + i
+    return lambda: store(dst, values)
+
+
+def _affine_select(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    p, i = _partition_free_index(dst.shape)
+    affine = ctx.attr("offset") + ctx.attr("channel_multiplier") * p + ctx.attr("free_multiplier") * i
+    keep = COMPARE[ctx.attr("cmp")](affine, 0)
+    fill = np.empty(dst.shape, dtype=dst.dtype)
+    store(fill, np.full(dst.shape, ctx.attr("fill"), dtype=F32))  # the fill rounded into dst's dtype
+    fill = _flat(fill)
+    if ctx.same_dtype("dst", "src"):
+        return lambda: dst.__setitem__(Ellipsis, np.where(keep, _flat(src), fill).reshape(dst.shape))
+    fill_f32 = fill.astype(F32)
+    return lambda: store(dst, np.where(keep, read_f32(src), fill_f32))
+
+
+# reductions, transposes, statistics -----------------------------------------------------------
+
+def _tensor_reduce(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    axes = tuple(1 + a for a in reduce_axes(ctx.attr("axes"), src.ndim - 1))
+    fn = REDUCE[ctx.attr("op")]
+    return lambda: store(dst, fn(src.astype(F32), axes))
+
+
+def _partition_reduce(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    fn = REDUCE[ctx.attr("op")]
+    rows = dst.shape[0]
+    return lambda: store(dst, np.broadcast_to(fn(read_f32(src), (0,))[None, :], (rows, _flat(src).shape[1])))
+
+
+BLOCK = 32  # transpose32's block edge
+
+
+def _transpose32(ctx: Ctx) -> Runner:
+    dst, src = ctx.views["dst"], ctx.views["src"]
+    parts, free = _flat(src).shape
+
+    def blocks(x: np.ndarray) -> np.ndarray:
+        if parts <= BLOCK and free <= BLOCK:
+            return x.T
+        grid = x.reshape(parts // BLOCK, BLOCK, free // BLOCK, BLOCK)
+        return grid.transpose(0, 3, 2, 1).reshape(parts, free)
+
+    if ctx.same_dtype("dst", "src"):
+        return lambda: dst.__setitem__(Ellipsis, blocks(_flat(src)).reshape(dst.shape))
+    store = ctx.store()
+    return lambda: store(dst, blocks(read_f32(src)))
+
+
+def _moments(x: np.ndarray) -> list[np.ndarray]:
+    """(count, mean, variance * count) per row of a float64 [P, n] array (zeros when n == 0)."""
+    n = x.shape[1]
+    if n == 0:
+        zeros = np.zeros(x.shape[0])
+        return [zeros, zeros, zeros]
+    mean = x.mean(axis=1)
+    return [np.full(x.shape[0], float(n)), mean, np.square(x - mean[:, None]).sum(axis=1)]
+
+
+def _bn_stats(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+
+    def run() -> None:
+        x = read_f32(src).astype(np.float64)
+        store(dst, np.stack([*_moments(x[:, 0::2]), *_moments(x[:, 1::2])], axis=1).astype(F32))
+
+    return run
+
+
+def _bn_aggr(ctx: Ctx) -> Runner:
+    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+
+    def run() -> None:
+        triples = read_f32(src).astype(np.float64).reshape(src.shape[0], -1, 3)
+        count, mean, m2 = triples[..., 0], triples[..., 1], triples[..., 2]
+        total = count.sum(axis=1)
+        safe = np.where(total > 0, total, 1.0)
+        grand = (count * mean).sum(axis=1) / safe
+        spread = m2.sum(axis=1) + (count * np.square(mean - grand[:, None])).sum(axis=1)
+        variance = np.where(total > 0, spread / safe, np.nan)
+        store(dst, np.stack([np.where(total > 0, grand, np.nan), variance], axis=1).astype(F32))
+
+    return run
+
+
+# DMA ------------------------------------------------------------------------------------------
+
+def _dma(ctx: Ctx) -> Runner:
+    dst, src = ctx.views["dst"], ctx.views["src"]
+    return lambda: dst.__setitem__(Ellipsis, src.reshape(dst.shape))
+
+
+BUILDERS: dict[str, Callable[[Ctx], Runner]] = {
+    "load_stationary": _load_stationary,
+    "multiply_moving": _multiply_moving,
+    "transpose": _transpose,
+    "activation": _activation,
+    "tensor_tensor": _tensor_tensor,
+    "tensor_scalar": _tensor_scalar,
+    "tensor_copy": _tensor_copy,
+    "select": _select,
+    "memset": _memset,
+    "iota": _iota,
+    "affine_select": _affine_select,
+    "tensor_reduce": _tensor_reduce,
+    "partition_reduce": _partition_reduce,
+    "transpose32": _transpose32,
+    "bn_stats": _bn_stats,
+    "bn_aggr": _bn_aggr,
+    "dma": _dma,
+    "nop": _nop,
+}
