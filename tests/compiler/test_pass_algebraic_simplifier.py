@@ -40,3 +40,14 @@ ENTRY %main (x: f32[4,8]) -> f32[4,8] {
     simplifier = AlgebraicSimplifier()
     assert simplifier.run(module)
     assert module.entry.root.name == "z"
+
+
+def test_golden_data_movement():
+    # transposes/broadcasts that are bitcasts become reshapes, chains collapse, no-op slices/pads/concats go
+    run_golden("algebraic_simplifier_shapes", [AlgebraicSimplifier(), AlgebraicSimplifier(), DeadCodeElimination()])
+
+
+def test_golden_arithmetic():
+    # neutral operands, int x*0, involutions, idempotence, select, trivial reduces, convert chains; kept:
+    # float x*0, a reduce whose init is not the identity
+    run_golden("algebraic_simplifier_arith", [AlgebraicSimplifier(), AlgebraicSimplifier(), DeadCodeElimination()])
