@@ -1,8 +1,12 @@
 """PyTorch -> HLO: capture a model (torch.export or torch.fx) and lower its ATen ops, one rule per op.
 
     module = frontend.import_model(model, (x,))              # torch.export + our decomposition table
-    module = frontend.import_model(model, (x,), capture="fx") # torch.fx.symbolic_trace + ShapeProp
+    module = frontend.import_model(model, (x,), capture="fx") # torch.fx tracing with concrete values
     frontend.supported_operators()                            # the ATen overloads with a rule
+    torch.compile(model, backend="neuronc")                   # frontend.dynamo (a torch_dynamo_backends
+                                                              # entry point)
+
+The model is captured in eval mode; its own training flags are restored afterwards.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from compiler.errors import LoweringError
 from compiler.hlo.ir import Module
 
 from .capture import capture_export, capture_fx
-from .lowering import lower_graph, supported_operators
+from .lowering import LOWERINGS, lower_graph, supported_operators
 
 __all__ = ["import_model", "supported_operators"]
 
@@ -28,7 +32,7 @@ def import_model(model: Any, example_inputs: Sequence[Any], *, capture: str = "e
     Raises UnsupportedOpError listing every operator without a lowering rule, or LoweringError.
     """
     if capture == "export":
-        captured = capture_export(model, example_inputs, name)
+        captured = capture_export(model, example_inputs, name, keep=LOWERINGS)
     elif capture == "fx":
         captured = capture_fx(model, example_inputs, name)
     else:

@@ -9,14 +9,14 @@ explicit ``broadcast`` (``dimensions`` maps operand dims to result dims, sizes e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from math import prod
 from typing import Any
 
 import numpy as np
 import torch
 
-from compiler.errors import LoweringError
+from compiler.errors import LoweringError, VerificationError
 from compiler.hlo.ir import (
     Computation,
     Instruction,
@@ -24,9 +24,11 @@ from compiler.hlo.ir import (
     Quoted,
     Shape,
     SliceSpec,
+    Window,
     hlo_dtype_of,
     numpy_dtype,
 )
+from compiler.hlo.shape_inference import infer_shape
 
 TORCH_TO_HLO: dict[torch.dtype, str] = {
     torch.float32: "f32",
@@ -44,7 +46,7 @@ TORCH_TO_HLO: dict[torch.dtype, str] = {
 }
 HLO_TO_TORCH: dict[str, torch.dtype] = {v: k for k, v in TORCH_TO_HLO.items()}
 
-# Reduction kinds -> the opcode of the scalar combiner computation (identities: _identity).
+# Reduction kinds -> the opcode of the scalar combiner computation (identities: reduction_identity).
 _REDUCERS: dict[str, str] = {"add": "add", "max": "maximum", "min": "minimum", "mul": "multiply",
                              "and": "and", "or": "or"}
 
@@ -78,7 +80,7 @@ def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
         raise LoweringError(f"shapes {tuple(a)} and {tuple(b)} do not broadcast: {e}") from None
 
 
-def _identity(kind: str, dtype: str) -> Any:
+def reduction_identity(kind: str, dtype: str) -> Any:
     np_dt = numpy_dtype(dtype)
     if kind == "add" or kind == "or":
         return 0
@@ -112,6 +114,26 @@ class HloBuilder:
                            metadata=dict(self.metadata))
         return self.comp.add(inst)
 
+    def emit_inferred(self, opcode: str, operands: Sequence[Instruction], **attrs: Any) -> Instruction:
+        """Append an instruction whose shape the IR's shape inference derives from operands and attrs."""
+        try:
+            shape = infer_shape(opcode, [o.shape for o in operands], attrs)
+        except VerificationError as e:
+            raise LoweringError(f"{opcode}: {e}") from None
+        return self.emit(opcode, shape, operands, **attrs)
+
+    def computation(self, name: str, params: Sequence[Shape],
+                    body: Callable[[list[Instruction]], Instruction]) -> Computation:
+        """A new non-entry computation: ``body`` emits into it (with this builder) from its parameters."""
+        comp = Computation(self.module.unique_name(name))
+        saved, self.comp = self.comp, comp
+        try:
+            args = [self.parameter(i, shape, f"p{i}") for i, shape in enumerate(params)]
+            comp.root = body(args)
+        finally:
+            self.comp = saved
+        return self.module.add_computation(comp)
+
     def finish(self, outputs: Sequence[Instruction]) -> Module:
         """Set ROOT (a tuple when there are several outputs) and drop instructions nothing uses."""
         root = outputs[0] if len(outputs) == 1 else self.tuple(outputs)
@@ -125,10 +147,13 @@ class HloBuilder:
         return self.emit("parameter", shape, parameter_number=number, name=name)
 
     def constant(self, array: np.ndarray, data_key: str | None = None) -> Instruction:
-        """A constant; ``data_key`` (made unique in the module) names large data such as weights."""
+        """A constant; ``data_key`` (made unique in the module) names large data such as weights. Data
+        too large to print inline (more than 16 elements) gets the key "constant" when none is given."""
         array = np.asarray(array, order="C")  # keeps 0-d arrays 0-d
         shape = Shape.array(_hlo_of_numpy(array.dtype), array.shape)
         attrs: dict[str, Any] = {}
+        if data_key is None and array.size > 16:
+            data_key = "constant"
         if data_key is not None:
             key, n = data_key, 0
             while key in self._data_keys:
@@ -267,7 +292,7 @@ class HloBuilder:
         if not dims:
             return x
         dtype = x.shape.dtype
-        init = self.scalar(_identity(kind, dtype), dtype)
+        init = self.scalar(reduction_identity(kind, dtype), dtype)
         out = [d for i, d in enumerate(x.shape.dims) if i not in dims]
         return self.emit("reduce", Shape.array(dtype, out), [x, init], dimensions=dims,
                          to_apply=self._reducer(kind, dtype))
@@ -285,6 +310,29 @@ class HloBuilder:
             comp.root = out
             self._reducers[key] = self.module.add_computation(comp)
         return self._reducers[key]
+
+    def reduce_window(self, x: Instruction, window: Window, kind: str) -> Instruction:
+        """XLA reduce-window of ``x`` with ``kind`` (add/max/min/mul) and its identity as init value
+        (padding contributes nothing: the interpreter and XLA's evaluator skip padded positions)."""
+        dtype = x.shape.dtype
+        init = self.scalar(reduction_identity(kind, dtype), dtype)
+        return self.emit_inferred("reduce-window", [x, init], window=window, to_apply=self._reducer(kind, dtype))
+
+    def reduce_variadic(self, inputs: Sequence[Instruction], inits: Sequence[Instruction], dims: Sequence[int],
+                        reducer: Computation) -> list[Instruction]:
+        """A reduce of several inputs with one combiner (e.g. argmax's (value, index) pairs)."""
+        out = self.emit_inferred("reduce", [*inputs, *inits], dimensions=tuple(sorted(int(d) for d in dims)),
+                                 to_apply=reducer)
+        return [self.emit("get-tuple-element", s, [out], index=i) for i, s in enumerate(out.shape.tuple_shapes)]
+
+    def gather(self, x: Instruction, indices: Instruction, *, offset_dims: Sequence[int],
+               collapsed_slice_dims: Sequence[int], start_index_map: Sequence[int], index_vector_dim: int,
+               slice_sizes: Sequence[int]) -> Instruction:
+        """XLA gather (attribute meanings as in compiler/hlo/shape_inference.py)."""
+        return self.emit_inferred(
+            "gather", [x, indices], offset_dims=tuple(offset_dims), collapsed_slice_dims=tuple(collapsed_slice_dims),
+            start_index_map=tuple(start_index_map), index_vector_dim=int(index_vector_dim),
+            slice_sizes=tuple(int(s) for s in slice_sizes))
 
     def tuple(self, items: Sequence[Instruction]) -> Instruction:
         return self.emit("tuple", Shape.tuple_of(i.shape for i in items), items)

@@ -4,11 +4,15 @@ Both paths produce a ``CapturedGraph``: the graph, its user-input placeholders i
 that become HLO constants (weights, buffers, lifted constants, get_attr tensors) with their
 state_dict names, and the output values. Every node carries ``meta["val"]`` (a FakeTensor, a meta
 tensor, or a plain Python value for size computations) so the lowering sees shapes and dtypes.
+
+Both capture the model in eval mode (``eval_mode``) without changing the caller's module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,9 +20,10 @@ import torch
 from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
-from torch.fx.passes.shape_prop import ShapeProp
 
 from compiler.errors import LoweringError
+
+from . import fx_trace
 
 aten = torch.ops.aten
 
@@ -26,6 +31,7 @@ aten = torch.ops.aten
 # rule that emits a compact, recognizable HLO pattern (one dot for linear, a max/exp/sum/divide chain
 # for softmax, ...) which later fusion can match, instead of torch's generic decomposition
 # (permute + addmm, native_layer_norm with extra outputs, expand + bmm + _unsafe_view for matmul).
+# More generally every op with a lowering rule stays whole (see decomposition_table).
 KEEP_WHOLE = (
     aten.linear.default,
     aten.matmul.default,
@@ -57,12 +63,43 @@ class Call:
         self.op, self.args, self.kwargs = op, tuple(args), dict(kwargs or {})
 
 
-def decomposition_table() -> dict:
-    """torch's core-ATen decomposition table minus the ops in ``KEEP_WHOLE``."""
+def decomposition_table(keep: Collection[str] = ()) -> dict:
+    """torch's core-ATen decomposition table minus ``KEEP_WHOLE`` and the overloads named in ``keep``.
+
+    The frontend passes every op it has a lowering rule for: an op is decomposed only when there is
+    no rule for it. (torch's full table is not used as such: it decomposes ops we lower better, and it
+    fails on some HuggingFace models, e.g. a view of a transposed GPT-2 activation.)"""
     table = torch.export.default_decompositions()
     for op in KEEP_WHOLE:
         table.pop(op, None)
+    for op in list(table.keys()):
+        if str(op) in keep:
+            table.pop(op)
     return table
+
+
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
+    """Silence the FutureWarning torch 2.13 itself triggers while copying pytree specs (LeafSpec)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+        yield
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Put every submodule in eval mode (dropout off, batch norm on running stats) for the capture and
+    restore each one's own training flag afterwards: the caller's model is left as it was."""
+    if not isinstance(model, torch.nn.Module):
+        yield
+        return
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        yield
+    finally:
+        for m, training in flags:
+            m.training = training
 
 
 def model_name(model: Any, default: str = "model") -> str:
@@ -87,15 +124,18 @@ def _first_lines(exc: BaseException, n: int = 3) -> str:
 
 
 def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Sequence[Any],
-                   name: str | None = None) -> CapturedGraph:
-    """torch.export the model (or take an ExportedProgram) and run our decomposition table."""
+                   name: str | None = None, keep: Collection[str] = ()) -> CapturedGraph:
+    """torch.export the model in eval mode (or take an ExportedProgram) and decompose every op that is
+    not in ``keep`` (the ops with a lowering rule) with torch's core-ATen table."""
     name = name or model_name(model)
     try:
-        if isinstance(model, ExportedProgram):
-            ep = model
-        else:
-            ep = torch.export.export(model.eval(), tuple(example_inputs))
-        ep = ep.run_decompositions(decomposition_table())
+        with quiet():
+            if isinstance(model, ExportedProgram):
+                ep = model
+            else:
+                with eval_mode(model):
+                    ep = torch.export.export(model, tuple(example_inputs))
+            ep = ep.run_decompositions(decomposition_table(keep))
     except Exception as e:  # torch raises many unrelated types here; report its own words
         raise LoweringError(f"torch.export failed for {name}: {_first_lines(e)}") from e
 
@@ -120,30 +160,20 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
     return CapturedGraph(name, ep.graph, inputs, constants, outputs, "export")
 
 
-class _ValueProp(ShapeProp):
-    """ShapeProp that also records each node's result in ``meta["val"]`` (tensors as meta tensors)."""
-
-    def run_node(self, n: fx.Node) -> Any:
-        result = super().run_node(n)
-        n.meta["val"] = fx.node.map_aggregate(
-            result, lambda v: torch.empty_like(v, device="meta") if isinstance(v, torch.Tensor) else v)
-        return result
-
-
 def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str | None = None) -> CapturedGraph:
-    """symbolic_trace the model (recording stack traces) and propagate example-input values."""
+    """symbolic_trace the model in eval mode with concrete values (``fx_trace``), recording stack traces."""
+    from . import fx_aliases  # fx_aliases imports this module
+
     name = name or model_name(model)
     if isinstance(model, ExportedProgram):
         raise LoweringError("capture='fx' needs an nn.Module, not an ExportedProgram")
-    tracer = fx.Tracer()
-    tracer.record_stack_traces = True
     try:
-        graph = tracer.trace(model.eval())
-        gm = fx.GraphModule(tracer.root, graph, name)
-        with torch.no_grad():
-            _ValueProp(gm).propagate(*example_inputs)
+        with quiet(), eval_mode(model):
+            gm = fx_trace.trace(model, example_inputs, name, is_leaf=fx_aliases.is_leaf_module,
+                                inline=fx_aliases.inline_function)
     except Exception as e:
         raise LoweringError(f"torch.fx.symbolic_trace failed for {name}: {_first_lines(e)}") from e
+    graph = gm.graph
 
     inputs = [n for n in graph.nodes if n.op == "placeholder"]
     if len(inputs) != len(example_inputs):

@@ -1,15 +1,18 @@
-"""Map torch.fx.symbolic_trace nodes onto the ATen lowering rules.
+"""Map torch.fx nodes onto the ATen lowering rules.
 
-symbolic_trace records what the user wrote: ``call_module`` (nn.Linear, nn.ReLU...), ``call_function``
-(torch.* / F.* / operator.*) and ``call_method`` (tensor methods). Each alias names the ATen overload
-whose rule lowers it and an adapter turning the Python call's arguments into that overload's
-arguments. Module parameters become ``Param`` references that the lowering turns into constants named
-``<module path>.<parameter>`` (the state_dict key).
+fx tracing records what the user wrote: ``call_module`` (nn.Linear, nn.Conv2d...: fx_modules.py),
+``call_function`` (torch.* / F.* / operator.*) and ``call_method`` (tensor methods). Each alias names the
+ATen overload whose rule lowers it (or a function picking the overload from the call, e.g. torch.max(x)
+vs torch.max(x, dim)) and an adapter turning the Python call's arguments into that overload's
+arguments. torch.X, torch._C._nn.X and Tensor.X whose ATen op is aten.X.default with the same
+signature need no entry (``_same_named_op``). Module parameters become ``Param`` references that the
+lowering turns into constants named ``<module path>.<parameter>`` (the state_dict key).
 """
 
 from __future__ import annotations
 
 import operator
+import types
 from collections.abc import Callable, Container
 from dataclasses import dataclass
 from typing import Any
@@ -21,8 +24,10 @@ from torch import fx, nn
 from compiler.errors import LoweringError
 
 from .capture import Call
+from .fx_modules import MODULES, conv_padding
 
 Adapter = Callable[..., tuple[tuple, dict]]
+OpName = str | Callable[..., str]
 
 
 @dataclass(frozen=True)
@@ -90,9 +95,7 @@ def _embedding(x: Any, weight: Any, padding_idx: Any = None, max_norm: Any = Non
 
 
 def _pad(x: Any, pad: Any, mode: str = "constant", value: Any = None) -> tuple[tuple, dict]:
-    if mode != "constant":
-        raise LoweringError(f"F.pad mode={mode!r} is not supported")
-    return (x, list(pad), 0 if value is None else value), {}
+    return (x, list(pad), mode, value), {}
 
 
 def _arange(*args: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
@@ -105,18 +108,77 @@ def _div(x: Any, y: Any, *, rounding_mode: str | None = None) -> tuple[tuple, di
     return (x, y), {"rounding_mode": rounding_mode}
 
 
-def _filled(value: Any) -> Adapter:
-    """torch.zeros / torch.ones (size as varargs or one sequence) -> full(size, value)."""
-    def adapter(*size: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
-        (_, sizes), _ = _sizes(None, *size)
-        return (sizes, value), {"dtype": dtype}
-
-    return adapter
+def _factory(*size: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    """torch.zeros / torch.ones (size as varargs or one sequence; layout, device... do not matter)."""
+    (_, sizes), _ = _sizes(None, *size)
+    return (sizes,), {"dtype": dtype}
 
 
-def _filled_like(value: Any) -> Adapter:
-    """torch.zeros_like / torch.ones_like -> full_like(x, value)."""
-    return lambda x, dtype=None, **ignored: ((x, value), {"dtype": dtype})
+def _like(x: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    return (x,), {"dtype": dtype}
+
+
+def _new(x: Any, *size: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    """x.new_zeros(2, 3) / x.new_ones((2, 3))."""
+    return (*_sizes(x, *size)[0],), {"dtype": dtype}
+
+
+def _new_full(x: Any, size: Any, fill_value: Any, dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    return (x, list(size), fill_value), {"dtype": dtype}
+
+
+def _dims_varargs(x: Any, *dims: Any) -> tuple[tuple, dict]:
+    """x.flip(0, 1) == x.flip((0, 1)); x.repeat(2, 1) == x.repeat((2, 1))."""
+    return _sizes(x, *dims)
+
+
+def _roll(x: Any, shifts: Any, dims: Any = ()) -> tuple[tuple, dict]:
+    as_list = lambda v: [v] if isinstance(v, int) else list(v)  # noqa: E731
+    return (x, as_list(shifts), as_list(dims)), {}
+
+
+def _einsum(equation: str, *operands: Any) -> tuple[tuple, dict]:
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    return (equation, list(operands)), {}
+
+
+def _round(x: Any, *, decimals: int = 0) -> tuple[tuple, dict]:
+    return ((x,), {"decimals": decimals}) if decimals else ((x,), {})
+
+
+def _conv(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+          groups: int = 1) -> tuple[tuple, dict]:
+    """F.conv1d / F.conv2d -> convolution (strides, paddings and dilations as one value per spatial dim)."""
+    n = x.meta["val"].dim() - 2
+    per_dim = lambda v: [int(v)] * n if isinstance(v, int) else [int(i) for i in v]  # noqa: E731
+    kernel = tuple(weight.meta["val"].shape[2:]) if isinstance(weight, fx.Node) else tuple(weight.tensor.shape[2:])
+    padding = conv_padding(padding, kernel, tuple(per_dim(dilation)))
+    return (x, weight, bias, per_dim(stride), padding, per_dim(dilation), False, [0] * n, groups), {}
+
+
+def _reduce_dim(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> tuple[tuple, dict]:
+    """x.prod(dim) / x.any(dim) / torch.max(x, dim): the dim overloads; without a dim, the whole tensor."""
+    if dim is None:
+        return (x,), ({"dtype": dtype} if dtype is not None else {})
+    return (x, dim, keepdim), ({"dtype": dtype} if dtype is not None else {})
+
+
+def _overload(whole: str, along: str, other: str | None = None) -> Callable[..., str]:
+    """Pick the overload of a reduction from its call: no dim (``whole``), a dim (``along``), or a second
+    tensor (``other``: torch.max(x, y) is maximum)."""
+    def pick(x: Any, *args: Any, **kwargs: Any) -> str:
+        dim = kwargs.get("dim", args[0] if args else None)
+        if other is not None and isinstance(dim, fx.Node):
+            return other
+        return whole if dim is None else along
+
+    return pick
+
+
+def _by_operand(tensor_op: str, scalar_op: str) -> Callable[..., str]:
+    """Pick the Tensor or the Scalar overload from the second operand."""
+    return lambda x, y, *a, **k: tensor_op if isinstance(y, fx.Node) else scalar_op
 
 
 def _var(x: Any, dim: Any = None, unbiased: bool = True, keepdim: bool = False, *,
@@ -134,14 +196,14 @@ def _flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> tuple[tuple, dict
     return (x, start_dim, end_dim), {}
 
 
-# torch.* / F.* / operator.* -> (ATen overload, adapter). torch.X and Tensor.X whose ATen op is
-# aten.X.default with the same signature (torch.exp, x.sigmoid(), torch.mm...) need no entry: see
-# _same_named_op.
-FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
+# torch.* / F.* / operator.* -> (ATen overload or overload picker, adapter).
+FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     operator.add: ("aten.add.Tensor", _same),
     operator.sub: ("aten.sub.Tensor", _same),
     operator.mul: ("aten.mul.Tensor", _same),
     operator.truediv: ("aten.div.Tensor", _same),
+    operator.floordiv: ("aten.div.Tensor_mode", lambda x, y: ((x, y), {"rounding_mode": "floor"})),
+    operator.mod: (_by_operand("aten.remainder.Tensor", "aten.remainder.Scalar"), _same),
     operator.neg: ("aten.neg.default", _same),
     operator.matmul: ("aten.matmul.default", _same),
     operator.pow: ("aten.pow.Tensor_Scalar", _same),
@@ -159,33 +221,49 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     torch.sub: ("aten.sub.Tensor", _same),
     torch.mul: ("aten.mul.Tensor", _same),
     torch.div: ("aten.div.Tensor_mode", _div),
+    torch.remainder: (_by_operand("aten.remainder.Tensor", "aten.remainder.Scalar"), _same),
+    torch.fmod: (_by_operand("aten.fmod.Tensor", "aten.fmod.Scalar"), _same),
     torch.softmax: ("aten.softmax.int", _softmax),
     torch.log_softmax: ("aten.log_softmax.int", _softmax),
     torch.flatten: ("aten.flatten.using_ints", _flatten),
+    torch.unflatten: ("aten.unflatten.int", _same),
     torch.transpose: ("aten.transpose.int", _same),
+    torch.movedim: ("aten.movedim.int", _same),
     torch.reshape: ("aten.view.default", _sizes),
     torch.cat: ("aten.cat.default", _same),
     torch.sum: ("aten.sum.dim_IntList", _dims_method),
     torch.mean: ("aten.mean.dim", _dims_method),
+    torch.prod: (_overload("aten.prod.default", "aten.prod.dim_int"), _reduce_dim),
+    torch.max: (_overload("aten.max.default", "aten.max.dim", "aten.maximum.default"), _reduce_dim),
+    torch.min: (_overload("aten.min.default", "aten.min.dim", "aten.minimum.default"), _reduce_dim),
+    torch.any: (_overload("aten.any.default", "aten.any.dim"), _reduce_dim),
+    torch.all: (_overload("aten.all.default", "aten.all.dim"), _reduce_dim),
+    torch.var: ("aten.var.correction", _var),
+    torch.std: ("aten.std.correction", _var),
+    torch.round: (lambda x, **k: "aten.round.decimals" if k.get("decimals") else "aten.round.default", _round),
     torch.where: ("aten.where.self", _same),
     torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),
-    torch.pow: ("aten.pow.Tensor_Scalar", _same),
+    torch.pow: (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
+    torch.einsum: ("aten.einsum.default", _einsum),
+    torch.roll: ("aten.roll.default", _roll),
+    torch.arange: ("aten.arange.start_step", _arange),
+    torch.zeros: ("aten.zeros.default", _factory),
+    torch.ones: ("aten.ones.default", _factory),
+    torch.zeros_like: ("aten.zeros_like.default", _like),
+    torch.ones_like: ("aten.ones_like.default", _like),
     F.relu: ("aten.relu.default", _first),
     F.gelu: ("aten.gelu.default", _gelu),
     F.silu: ("aten.silu.default", _first),
     F.sigmoid: ("aten.sigmoid.default", _first),
     F.tanh: ("aten.tanh.default", _first),
     F.linear: ("aten.linear.default", _same),
+    F.conv1d: ("aten.convolution.default", _conv),
+    F.conv2d: ("aten.convolution.default", _conv),
     F.softmax: ("aten.softmax.int", _softmax),
     F.log_softmax: ("aten.log_softmax.int", _softmax),
     F.layer_norm: ("aten.layer_norm.default", _layer_norm),
     F.embedding: ("aten.embedding.default", _embedding),
-    F.pad: ("aten.constant_pad_nd.default", _pad),
-    torch.arange: ("aten.arange.start_step", _arange),
-    torch.zeros: ("aten.full.default", _filled(0)),
-    torch.ones: ("aten.full.default", _filled(1)),
-    torch.zeros_like: ("aten.full_like.default", _filled_like(0)),
-    torch.ones_like: ("aten.full_like.default", _filled_like(1)),
+    F.pad: ("aten.pad.default", _pad),
     F.dropout: ("aten.clone.default", _dropout),
     F.leaky_relu: ("aten.leaky_relu.default", lambda x, negative_slope=0.01, inplace=False: ((x, negative_slope), {})),
     F.elu: ("aten.elu.default", lambda x, alpha=1.0, inplace=False: ((x, alpha), {})),
@@ -195,85 +273,89 @@ FUNCTIONS: dict[Any, tuple[str, Adapter]] = {
     F.scaled_dot_product_attention: ("aten.scaled_dot_product_attention.default", _same),
 }
 
-# Tensor methods -> (ATen overload, adapter)
-METHODS: dict[str, tuple[str, Adapter]] = {
+# Tensor methods -> (ATen overload or overload picker, adapter)
+METHODS: dict[str, tuple[OpName, Adapter]] = {
     "add": ("aten.add.Tensor", _same),
     "sub": ("aten.sub.Tensor", _same),
     "mul": ("aten.mul.Tensor", _same),
     "div": ("aten.div.Tensor_mode", _div),
+    "remainder": (_by_operand("aten.remainder.Tensor", "aten.remainder.Scalar"), _same),
+    "fmod": (_by_operand("aten.fmod.Tensor", "aten.fmod.Scalar"), _same),
     "softmax": ("aten.softmax.int", _softmax),
     "log_softmax": ("aten.log_softmax.int", _softmax),
     "view": ("aten.view.default", _sizes),
     "reshape": ("aten.view.default", _sizes),
     "expand": ("aten.expand.default", _sizes),
     "permute": ("aten.permute.default", _sizes),
+    "repeat": ("aten.repeat.default", _dims_varargs),
+    "flip": ("aten.flip.default", _dims_varargs),
+    "roll": ("aten.roll.default", _roll),
     "transpose": ("aten.transpose.int", _same),
+    "movedim": ("aten.movedim.int", _same),
     "flatten": ("aten.flatten.using_ints", _flatten),
+    "unflatten": ("aten.unflatten.int", _same),
     "squeeze": ("aten.squeeze.dims", lambda x, dim=None: ((x, dim), {})),
     "contiguous": ("aten.clone.default", _first),
     "detach": ("aten.clone.default", _first),
     "sum": ("aten.sum.dim_IntList", _dims_method),
     "mean": ("aten.mean.dim", _dims_method),
+    "prod": (_overload("aten.prod.default", "aten.prod.dim_int"), _reduce_dim),
+    "max": (_overload("aten.max.default", "aten.max.dim", "aten.maximum.default"), _reduce_dim),
+    "min": (_overload("aten.min.default", "aten.min.dim", "aten.minimum.default"), _reduce_dim),
+    "any": (_overload("aten.any.default", "aten.any.dim"), _reduce_dim),
+    "all": (_overload("aten.all.default", "aten.all.dim"), _reduce_dim),
+    "round": (lambda x, **k: "aten.round.decimals" if k.get("decimals") else "aten.round.default", _round),
     "split": ("aten.split.Tensor", _same),
     "masked_fill": ("aten.masked_fill.Scalar", _same),
-    "pow": ("aten.pow.Tensor_Scalar", _same),
+    "pow": (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
     "amin": ("aten.amin.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
     "var": ("aten.var.correction", _var),
+    "std": ("aten.std.correction", _var),
+    "new_zeros": ("aten.new_zeros.default", _new),
+    "new_ones": ("aten.new_ones.default", _new),
+    "new_full": ("aten.new_full.default", _new_full),
     "to": ("aten._to_copy.default", _to),
     "float": ("aten._to_copy.default", _cast(torch.float32)),
     "half": ("aten._to_copy.default", _cast(torch.float16)),
     "bfloat16": ("aten._to_copy.default", _cast(torch.bfloat16)),
-}
-
-
-def _linear(m: nn.Linear, p: Callable[[str], Any], x: Any) -> tuple[tuple, dict]:
-    return (x, p("weight"), p("bias")), {}
-
-
-def _ln(m: nn.LayerNorm, p: Callable[[str], Any], x: Any) -> tuple[tuple, dict]:
-    return (x, list(m.normalized_shape), p("weight"), p("bias"), m.eps), {}
-
-
-def _act(m: nn.Module, p: Callable[[str], Any], x: Any) -> tuple[tuple, dict]:
-    return (x,), {}
-
-
-# nn.Module types -> (ATen overload, adapter(module, param_ref, *args)); subclasses match too.
-MODULES: dict[type, tuple[str, Callable[..., tuple[tuple, dict]]]] = {
-    nn.Linear: ("aten.linear.default", _linear),
-    nn.LayerNorm: ("aten.layer_norm.default", _ln),
-    nn.ReLU: ("aten.relu.default", _act),
-    nn.GELU: ("aten.gelu.default", lambda m, p, x: ((x,), {"approximate": m.approximate})),
-    nn.Tanh: ("aten.tanh.default", _act),
-    nn.Sigmoid: ("aten.sigmoid.default", _act),
-    nn.SiLU: ("aten.silu.default", _act),
-    nn.LeakyReLU: ("aten.leaky_relu.default", lambda m, p, x: ((x, m.negative_slope), {})),
-    nn.Hardtanh: ("aten.hardtanh.default", lambda m, p, x: ((x, m.min_val, m.max_val), {})),
-    nn.ELU: ("aten.elu.default", lambda m, p, x: ((x, m.alpha), {})),
-    nn.Softmax: ("aten.softmax.int", lambda m, p, x: _softmax(x, m.dim)),
-    nn.LogSoftmax: ("aten.log_softmax.int", lambda m, p, x: _softmax(x, m.dim)),
-    nn.Flatten: ("aten.flatten.using_ints", lambda m, p, x: ((x, m.start_dim, m.end_dim), {})),
-    nn.Dropout: ("aten.clone.default", _act),
-    nn.Embedding: ("aten.embedding.default", lambda m, p, x: _embedding(x, p("weight"), max_norm=m.max_norm)),
-    nn.Identity: ("aten.clone.default", _act),
+    "long": ("aten._to_copy.default", _cast(torch.int64)),
+    "int": ("aten._to_copy.default", _cast(torch.int32)),
+    "bool": ("aten._to_copy.default", _cast(torch.bool)),
 }
 
 
 def _module_alias(mod: nn.Module) -> tuple[str, Callable[..., tuple[tuple, dict]]] | None:
+    """The alias of the module's class, or of a base class whose ``forward`` it does not override."""
     for cls in type(mod).__mro__:
         if cls in MODULES:
-            return MODULES[cls]
+            return MODULES[cls] if type(mod).forward is cls.forward else None
     return None
 
 
+def is_leaf_module(mod: nn.Module) -> bool:
+    """fx capture: record a module as one ``call_module`` node when it has an alias; trace into the others."""
+    return _module_alias(mod) is not None
+
+
+def inline_function(fn: Any) -> bool:
+    """fx capture: trace into a torch.nn.functional Python function that has no alias (such as
+    F.multi_head_attention_forward) instead of recording it whole."""
+    return (isinstance(fn, types.FunctionType) and fn.__module__ == "torch.nn.functional"
+            and fn not in FUNCTIONS)
+
+
+_SAME_NAME_MODULES = (torch, torch._C._nn, torch.special)
+
+
 def _same_named_op(node: fx.Node, supported: Container[str]) -> tuple[str, Adapter] | None:
-    """torch.X(...) / x.X(...) -> aten.X.default when that overload has a rule (binding checks the rest)."""
+    """torch.X(...) / torch._C._nn.X(...) (the builtins of F.*) / x.X(...) -> aten.X.default when that
+    overload has a rule (binding checks the rest)."""
     if node.op == "call_method":
         name = node.target
     else:
         name = getattr(node.target, "__name__", None)
-        if name is None or getattr(torch, name, None) is not node.target:
+        if name is None or not any(getattr(m, name, None) is node.target for m in _SAME_NAME_MODULES):
             return None
     op = f"aten.{name}.default"
     return (op, _same) if op in supported else None
@@ -329,7 +411,7 @@ def resolve(node: fx.Node, root: nn.Module, supported: Container[str]) -> Call |
         return Call(op, *adapter(mod, param, *node.args, **node.kwargs))
     if node.op == "call_function" and node.target is getattr:
         return _tensor_attribute(node)
-    table: dict[Any, tuple[str, Adapter]] = METHODS if node.op == "call_method" else FUNCTIONS
+    table: dict[Any, tuple[OpName, Adapter]] = METHODS if node.op == "call_method" else FUNCTIONS
     try:
         alias = table.get(node.target)
     except TypeError:  # unhashable target
@@ -340,6 +422,8 @@ def resolve(node: fx.Node, root: nn.Module, supported: Container[str]) -> Call |
     _check_inplace(node, bool(node.kwargs.get("inplace", False)))
     op, adapter = alias
     try:
+        if callable(op):
+            op = op(*node.args, **node.kwargs)
         return Call(op, *adapter(*node.args, **node.kwargs))
     except TypeError as e:
         raise LoweringError(f"{_label(node, root)}: cannot map its arguments onto {op}: {e}") from None

@@ -24,7 +24,18 @@ from torch import fx
 from compiler.errors import LoweringError, NeuroncError, UnsupportedOpError
 from compiler.hlo.ir import Instruction, Module, Shape
 
-from . import fx_aliases, ops_activation, ops_elementwise, ops_linalg, ops_reduce, ops_shape
+from . import (
+    fx_aliases,
+    ops_activation,
+    ops_conv,
+    ops_create,
+    ops_elementwise,
+    ops_index,
+    ops_linalg,
+    ops_norm,
+    ops_reduce,
+    ops_shape,
+)
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
 from .capture import Call, CapturedGraph
 
@@ -33,7 +44,8 @@ Rule = Callable[..., Any]
 
 def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
-    for mod in (ops_elementwise, ops_activation, ops_shape, ops_linalg, ops_reduce):
+    for mod in (ops_elementwise, ops_activation, ops_shape, ops_create, ops_index, ops_linalg, ops_conv, ops_reduce,
+                ops_norm):
         for name, rule in mod.RULES.items():
             if name in table:
                 raise RuntimeError(f"two lowering rules for {name}")
@@ -139,12 +151,28 @@ def _is_python_value(node: fx.Node, cap: CapturedGraph) -> bool:
     return all(_is_python_value(n, cap) for n in node.all_input_nodes)
 
 
+_RESULT_FIELDS = {"values": 0, "indices": 1}  # torch.return_types of max/min/sort... (fx capture)
+
+
+def _structural_index(node: fx.Node) -> int | None:
+    """The element a node picks out of a multi-result op: ``t[1]`` or ``t.indices``, else None."""
+    if node.op != "call_function" or not node.args or not isinstance(node.args[0], fx.Node):
+        return None
+    if isinstance(node.args[0].meta.get("val"), torch.Tensor):
+        return None
+    if node.target is operator.getitem:
+        return node.args[1]
+    if node.target is getattr and node.args[1] in _RESULT_FIELDS:
+        return _RESULT_FIELDS[node.args[1]]
+    return None
+
+
 def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
     """A Call, None for structural getitem, or a label naming an unsupported operator."""
+    if _structural_index(node) is not None:
+        return None
     if node.op == "call_function" and node.target is operator.getitem:
-        source = node.args[0]
-        is_tensor = isinstance(source, fx.Node) and isinstance(source.meta.get("val"), torch.Tensor)
-        return Call("operator.getitem", node.args) if is_tensor else None
+        return Call("operator.getitem", node.args)
     if cap.kind == "fx":
         return fx_aliases.resolve(node, cap.root, LOWERINGS)
     if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):
@@ -226,9 +254,8 @@ class _Lowering:
                 env[node] = node.meta.get("val")
             elif node in self.calls:
                 env[node] = self._lower_call(node, self.calls[node])
-            elif node.op == "call_function" and node.target is operator.getitem:
-                seq, index = fx.node.map_arg(node.args, env.__getitem__)
-                env[node] = seq[index]
+            elif _structural_index(node) is not None:
+                env[node] = env[node.args[0]][_structural_index(node)]
             elif node.op != "output":
                 raise LoweringError(f"cannot lower {node.op} {describe(node)}")
         outputs = [self._value(out) for out in cap.outputs]

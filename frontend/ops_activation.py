@@ -1,6 +1,7 @@
 """Activation functions.
 
-relu is ``maximum(x, broadcast(0))``; sigmoid is HLO ``logistic``; gelu has no HLO primitive and is a
+relu is ``maximum(x, broadcast(0))``; sigmoid is HLO ``logistic``; the others are written out in
+elementwise ops (softplus, hardswish, hardsigmoid, mish, glu...); gelu has no HLO primitive and is a
 ``custom-call`` with target ``gelu`` (erf form) or ``gelu_tanh`` (tanh approximation), as fixed in
 docs/contracts.md, so that the backend can map it onto one activation-engine function.
 """
@@ -12,7 +13,7 @@ from typing import Any
 from compiler.hlo.ir import Instruction
 
 from .builder import HloBuilder
-from .ops_common import float_dtype, require
+from .ops_common import float_dtype, norm_dim, require
 
 _GELU_TARGETS = {"none": "gelu", "tanh": "gelu_tanh"}
 
@@ -70,6 +71,53 @@ def elu(b: HloBuilder, x: Instruction, alpha: Any = 1.0, scale: Any = 1.0,
     return b.binary("multiply", out, b.scalar(scale, dtype)) if scale != 1 else out
 
 
+def relu6(b: HloBuilder, x: Instruction) -> Instruction:
+    return hardtanh(b, x, 0, 6)
+
+
+def softplus(b: HloBuilder, x: Instruction, beta: Any = 1, threshold: Any = 20) -> Instruction:
+    """``log(1 + exp(beta * x)) / beta``, and x itself where ``beta * x > threshold`` (as torch)."""
+    x = _float(b, x)
+    dtype = x.shape.dtype
+    bx = b.binary("multiply", x, b.scalar(beta, dtype)) if beta != 1 else x
+    soft = b.unary("log", b.binary("add", b.unary("exponential", bx), b.scalar(1, dtype)))
+    soft = b.binary("divide", soft, b.scalar(beta, dtype)) if beta != 1 else soft
+    return b.select(b.compare(bx, b.scalar(threshold, dtype), "GT"), x, soft)
+
+
+def _relu6_of_shifted(b: HloBuilder, x: Instruction) -> Instruction:
+    """``min(max(x + 3, 0), 6) / 6``: hardsigmoid, the gate of hardswish."""
+    dtype = x.shape.dtype
+    shifted = b.binary("add", x, b.scalar(3, dtype))
+    return b.binary("divide", hardtanh(b, shifted, 0, 6), b.scalar(6, dtype))
+
+
+def hardsigmoid(b: HloBuilder, x: Instruction) -> Instruction:
+    return _relu6_of_shifted(b, _float(b, x))
+
+
+def hardswish(b: HloBuilder, x: Instruction) -> Instruction:
+    x = _float(b, x)
+    return b.binary("multiply", x, _relu6_of_shifted(b, x))
+
+
+def mish(b: HloBuilder, x: Instruction) -> Instruction:
+    """``x * tanh(softplus(x))``."""
+    x = _float(b, x)
+    return b.binary("multiply", x, b.unary("tanh", softplus(b, x)))
+
+
+def glu(b: HloBuilder, x: Instruction, dim: int = -1) -> Instruction:
+    """``a * sigmoid(g)`` for the two halves a, g of ``x`` along ``dim``."""
+    d = norm_dim(dim, x.shape.rank)
+    n = x.shape.dims[d]
+    require(n % 2 == 0, f"glu halves dim {d} of size {n}, which is odd")
+    ranges = [(0, s, 1) for s in x.shape.dims]
+    first, second = list(ranges), list(ranges)
+    first[d], second[d] = (0, n // 2, 1), (n // 2, n, 1)
+    return b.binary("multiply", b.slice(x, first), b.unary("logistic", b.slice(x, second)))
+
+
 RULES = {
     "aten.relu.default": relu,
     "aten.gelu.default": gelu,
@@ -79,4 +127,10 @@ RULES = {
     "aten.hardtanh.default": hardtanh,
     "aten.leaky_relu.default": leaky_relu,
     "aten.elu.default": elu,
+    "aten.relu6.default": relu6,
+    "aten.softplus.default": softplus,
+    "aten.hardsigmoid.default": hardsigmoid,
+    "aten.hardswish.default": hardswish,
+    "aten.mish.default": mish,
+    "aten.glu.default": glu,
 }

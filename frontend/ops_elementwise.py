@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import torch
@@ -67,6 +68,35 @@ def pow_(b: HloBuilder, x: Value, y: Value) -> Instruction:
     return b.binary("power", operand(b, x, dtype), operand(b, y, dtype))
 
 
+def pow_scalar(b: HloBuilder, base: Value, exponent: Instruction) -> Instruction:
+    """``base ** tensor`` with a Python base."""
+    dtype = result_dtype(base, exponent)
+    return b.binary("power", operand(b, base, dtype), operand(b, exponent, dtype))
+
+
+def square(b: HloBuilder, x: Instruction) -> Instruction:
+    dtype = "s64" if x.shape.dtype == "pred" else x.shape.dtype
+    x = b.convert(x, dtype)
+    return b.binary("multiply", x, x)
+
+
+def fmod(b: HloBuilder, x: Value, y: Value) -> Instruction:
+    """C-style remainder (sign of the dividend): HLO ``remainder``."""
+    return _arith("remainder", x, y, b)
+
+
+def remainder(b: HloBuilder, x: Value, y: Value) -> Instruction:
+    """Python-style remainder (sign of the divisor): fmod, plus y where the signs differ."""
+    dtype = result_dtype(x, y)
+    xv, yv = operand(b, x, dtype), operand(b, y, dtype)
+    r = b.binary("remainder", xv, yv)
+    yv = b.broadcast_to(yv, r.shape.dims)
+    zero = b.full(0, dtype, r.shape.dims)
+    differ = b.compare(b.compare(r, zero, "LT"), b.compare(yv, zero, "LT"), "NE")
+    fix = b.binary("and", b.compare(r, zero, "NE"), differ)
+    return b.select(fix, b.binary("add", r, yv), r)
+
+
 def maximum(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
     return _arith("maximum", x, y, b)
 
@@ -87,6 +117,14 @@ def clamp(b: HloBuilder, x: Instruction, lo: Value | None = None, hi: Value | No
     return out
 
 
+def clamp_min(b: HloBuilder, x: Instruction, lo: Value) -> Instruction:
+    return clamp(b, x, lo, None)
+
+
+def clamp_max(b: HloBuilder, x: Instruction, hi: Value) -> Instruction:
+    return clamp(b, x, None, hi)
+
+
 def _unary(opcode: str, floating: bool = True):
     """A rule applying one HLO opcode (computing in a float dtype for float-only math)."""
     def rule(b: HloBuilder, x: Instruction) -> Instruction:
@@ -95,6 +133,39 @@ def _unary(opcode: str, floating: bool = True):
     rule.__name__ = opcode
     rule.__doc__ = f"Elementwise ``{opcode}``."
     return rule
+
+
+def _log_base(base: float):
+    """log2 / log10: ``log(x) / log(base)``."""
+    def rule(b: HloBuilder, x: Instruction) -> Instruction:
+        x = b.convert(x, float_dtype(x))
+        return b.binary("divide", b.unary("log", x), b.scalar(math.log(base), x.shape.dtype))
+
+    rule.__name__ = f"log{int(base)}"
+    return rule
+
+
+def exp2(b: HloBuilder, x: Instruction) -> Instruction:
+    x = b.convert(x, float_dtype(x))
+    return b.binary("power", b.full(2, x.shape.dtype, x.shape.dims), x)
+
+
+def round_(b: HloBuilder, x: Instruction, decimals: int = 0) -> Instruction:
+    """Round half to even (torch.round), optionally at ``decimals`` digits."""
+    if not is_float(x.shape.dtype):
+        return x
+    if decimals == 0:
+        return b.unary("round-nearest-even", x)
+    scale = b.scalar(10.0 ** decimals, x.shape.dtype)
+    return b.binary("divide", b.unary("round-nearest-even", b.binary("multiply", x, scale)), scale)
+
+
+def trunc(b: HloBuilder, x: Instruction) -> Instruction:
+    """Toward zero: ceil below zero, floor above."""
+    if not is_float(x.shape.dtype):
+        return x
+    negative = b.compare(x, b.scalar(0, x.shape.dtype), "LT")
+    return b.select(negative, b.unary("ceil", x), b.unary("floor", x))
 
 
 def log1p(b: HloBuilder, x: Instruction) -> Instruction:
@@ -165,6 +236,21 @@ def _bitwise(opcode: str):
     return rule
 
 
+def to_dtype(b: HloBuilder, x: Instruction, dtype: Any, non_blocking: bool = False, copy: bool = False,
+             memory_format: Any = None) -> Instruction:
+    return b.convert(x, hlo_dtype(dtype))
+
+
+def to_dtype_layout(b: HloBuilder, x: Instruction, dtype: Any = None, layout: Any = None, device: Any = None,
+                    pin_memory: Any = None, non_blocking: bool = False, copy: bool = False,
+                    memory_format: Any = None) -> Instruction:
+    return x if dtype is None else b.convert(x, hlo_dtype(dtype))
+
+
+def type_as(b: HloBuilder, x: Instruction, other: Instruction) -> Instruction:
+    return b.convert(x, other.shape.dtype)
+
+
 def to_copy(b: HloBuilder, x: Instruction, dtype: Any = None, layout: Any = None, device: Any = None,
             pin_memory: Any = None, non_blocking: bool = False, memory_format: Any = None) -> Instruction:
     """``_to_copy``: a ``convert`` when the dtype changes; layout/device/memory format do not matter."""
@@ -193,10 +279,18 @@ RULES = {
     "aten.div.Scalar_mode": div,
     "aten.pow.Tensor_Scalar": pow_,
     "aten.pow.Tensor_Tensor": pow_,
+    "aten.pow.Scalar": pow_scalar,
+    "aten.square.default": square,
+    "aten.fmod.Scalar": fmod,
+    "aten.fmod.Tensor": fmod,
+    "aten.remainder.Scalar": remainder,
+    "aten.remainder.Tensor": remainder,
     "aten.maximum.default": maximum,
     "aten.minimum.default": minimum,
     "aten.clamp.default": clamp,
     "aten.clamp.Tensor": clamp,
+    "aten.clamp_min.default": clamp_min,
+    "aten.clamp_max.default": clamp_max,
     "aten.neg.default": _unary("negate", floating=False),
     "aten.abs.default": _unary("abs", floating=False),
     "aten.exp.default": _unary("exponential"),
@@ -209,6 +303,12 @@ RULES = {
     "aten.ceil.default": _unary("ceil", floating=False),
     "aten.reciprocal.default": reciprocal,
     "aten.log1p.default": log1p,
+    "aten.log2.default": _log_base(2),
+    "aten.log10.default": _log_base(10),
+    "aten.exp2.default": exp2,
+    "aten.round.default": round_,
+    "aten.round.decimals": round_,
+    "aten.trunc.default": trunc,
     "aten.expm1.default": expm1,
     "aten.sign.default": _unary("sign", floating=False),
     "aten.erf.default": _unary("erf"),
@@ -231,9 +331,13 @@ RULES = {
     "aten.masked_fill.Tensor": masked_fill,
     "aten.logical_and.default": _logical("and"),
     "aten.logical_or.default": _logical("or"),
+    "aten.logical_xor.default": _logical("xor"),
     "aten.bitwise_and.Tensor": _bitwise("and"),
     "aten.bitwise_or.Tensor": _bitwise("or"),
     "aten.bitwise_xor.Tensor": _bitwise("xor"),
     "aten._to_copy.default": to_copy,
+    "aten.to.dtype": to_dtype,
+    "aten.to.dtype_layout": to_dtype_layout,
+    "aten.type_as.default": type_as,
     "aten._assert_tensor_metadata.default": assert_tensor_metadata,
 }

@@ -1,4 +1,4 @@
-"""Matrix products: linear, addmm, mm, bmm, matmul, scaled_dot_product_attention, embedding.
+"""Matrix products: linear, addmm, mm, bmm, baddbmm, matmul, einsum, scaled_dot_product_attention.
 
 Every product is an XLA ``dot`` on rank-2 operands, or rank-3 ones with batch dim 0 (leading dims are
 folded in by ``reshape``), so the backend sees two canonical shapes only. A weight transpose is never
@@ -9,6 +9,7 @@ the transpose's operand instead (the dead transpose is dropped when the module i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from math import prod
 from typing import Any
 
@@ -126,20 +127,78 @@ def scaled_dot_product_attention(b: HloBuilder, q: Instruction, k: Instruction, 
     return _product(b, probs, b.convert(v, dtype))
 
 
-def embedding(b: HloBuilder, weight: Instruction, indices: Instruction, padding_idx: int = -1,
-              scale_grad_by_freq: bool = False, sparse: bool = False) -> Instruction:
-    """Row lookup as a one-hot matrix product: ``dot(convert(indices == iota), weight)``.
+def baddbmm(b: HloBuilder, bias: Instruction, a: Instruction, m: Instruction, beta: Any = 1,
+            alpha: Any = 1) -> Instruction:
+    """``beta * bias + alpha * bmm(a, m)``."""
+    out = _scale(b, bmm(b, a, m), alpha)
+    if beta == 0:
+        return out
+    return b.binary("add", out, b.broadcast_to(_scale(b, b.convert(bias, out.shape.dtype), beta), out.shape.dims))
 
-    This keeps the lookup on the matrix engine (the TPU idiom for small vocabularies) instead of a
-    gather; padding_idx only matters for gradients.
-    """
-    require(weight.shape.rank == 2, f"embedding weight must be 2-D, got {list(weight.shape.dims)}")
-    vocab, width = weight.shape.dims
-    flat = b.reshape(indices, [indices.shape.size])
-    dims = [indices.shape.size, vocab]
-    hits = b.compare(b.broadcast(flat, dims, (0,)), b.iota(flat.shape.dtype, dims, 1), "EQ")
-    rows = b.dot(b.convert(hits, weight.shape.dtype), weight, (1,), (0,))
-    return b.reshape(rows, [*indices.shape.dims, width])
+
+# ---- einsum -------------------------------------------------------------------------------------
+def _parse_einsum(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
+    """Operand subscripts and output subscripts, with ``...`` spelled out as upper-case letters."""
+    eq = equation.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    require(len(terms) == len(ranks), f"einsum equation {equation!r} names {len(terms)} operands, "
+                                      f"{len(ranks)} given")
+    ell = ""
+    spelled = []
+    for term, rank in zip(terms, ranks):
+        if "..." in term:
+            n = rank - (len(term) - 3)
+            require(n >= 0, f"einsum term {term!r} does not fit rank {rank}")
+            ell = max(ell, "ABCDEFGHIJ"[10 - n:] if n else "", key=len)
+            term = term.replace("...", "ABCDEFGHIJ"[10 - n:] if n else "")
+        require(len(term) == rank, f"einsum term {term!r} does not fit rank {rank}")
+        require(len(set(term)) == len(term), f"einsum term {term!r} repeats an index (diagonals are not supported)")
+        spelled.append(term)
+    if arrow:
+        out = out.replace("...", ell)
+    else:  # implicit output: the ellipsis dims, then the indices used once, sorted
+        counts = "".join(spelled)
+        out = ell + "".join(sorted(c for c in set(counts) if c.islower() and counts.count(c) == 1))
+    return spelled, out
+
+
+def _einsum_pair(b: HloBuilder, x: Instruction, xs: str, y: Instruction, ys: str,
+                 keep: str) -> tuple[Instruction, str]:
+    """Contract two operands over the indices they share that ``keep`` does not need: one dot_general."""
+    shared = [c for c in xs if c in ys]
+    batch = [c for c in shared if c in keep]
+    contract = [c for c in shared if c not in keep]
+    out = b.dot(x, y, [xs.index(c) for c in contract], [ys.index(c) for c in contract],
+                [xs.index(c) for c in batch], [ys.index(c) for c in batch])
+    subs = "".join(batch) + "".join(c for c in xs if c not in shared) + "".join(c for c in ys if c not in shared)
+    return out, subs
+
+
+def einsum(b: HloBuilder, equation: str, tensors: Sequence[Instruction], path: Any = None) -> Instruction:
+    """Sum out indices private to one operand, contract operands left to right (batch dims: indices
+    still needed later or in the output), then transpose to the output order."""
+    require(len(tensors) >= 1, "einsum of no operands")
+    terms, out = _parse_einsum(equation, [t.shape.rank for t in tensors])
+    dtype = tensors[0].shape.dtype
+    for t in tensors[1:]:
+        require(t.shape.dtype == dtype, f"einsum of {dtype} and {t.shape.dtype}")
+    operands = []
+    for i, (t, subs) in enumerate(zip(tensors, terms)):
+        elsewhere = out + "".join(s for j, s in enumerate(terms) if j != i)
+        private = [k for k, c in enumerate(subs) if c not in elsewhere]
+        operands.append((b.reduce(t, private, "add") if private else t,
+                         "".join(c for c in subs if c in elsewhere)))
+    acc, subs = operands[0]
+    for i in range(1, len(operands)):
+        later = out + "".join(s for _, s in operands[i + 1:])
+        acc, subs = _einsum_pair(b, acc, subs, operands[i][0], operands[i][1], later)
+    missing = [c for c in subs if c not in out]
+    if missing:
+        acc = b.reduce(acc, [subs.index(c) for c in missing], "add")
+        subs = "".join(c for c in subs if c in out)
+    require(sorted(subs) == sorted(out), f"einsum output {out!r} names indices no operand has")
+    return b.transpose(acc, [subs.index(c) for c in out])
 
 
 RULES = {
@@ -149,5 +208,6 @@ RULES = {
     "aten.bmm.default": bmm,
     "aten.matmul.default": matmul,
     "aten.scaled_dot_product_attention.default": scaled_dot_product_attention,
-    "aten.embedding.default": embedding,
+    "aten.baddbmm.default": baddbmm,
+    "aten.einsum.default": einsum,
 }

@@ -1,9 +1,12 @@
-"""Reductions and the normalizations built on them: sum, mean, amax/amin, var, softmax, layer_norm.
+"""Reductions: sum, mean, prod, amax/amin, max/min, argmax/argmin, var/std, any/all, logsumexp,
+cumsum/cumprod, and softmax/log_softmax.
 
 A reduction is an HLO ``reduce`` with a scalar ``to_apply`` computation; results are brought back to
-the operand's shape with a ``broadcast`` over the kept dims. Softmax subtracts the row max before
-``exponential`` (the numerically stable form). Half-precision inputs of softmax and layer_norm are
-computed in f32 and converted back, as torch does on CPU.
+the operand's shape with a ``broadcast`` over the kept dims. argmax/argmin (and max/min along a dim)
+reduce (value, index) pairs with a variadic ``reduce`` whose combiner keeps the first extreme element;
+cumsum/cumprod are a ``reduce-window`` whose window spans the whole dim, padded in front (XLA's own
+lowering). Softmax subtracts the row max before ``exponential`` (the numerically stable form).
+Half-precision inputs of softmax are computed in f32 and converted back, as torch does on CPU.
 """
 
 from __future__ import annotations
@@ -12,15 +15,15 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
-from compiler.hlo.ir import Instruction
+from compiler.hlo.ir import Instruction, Shape, Window
 
-from .builder import HloBuilder, hlo_dtype
+from .builder import HloBuilder, hlo_dtype, reduction_identity
 from .ops_common import float_dtype, is_float, keep_dims, norm_dim, norm_dims, require
 
 _UPCAST = ("f16", "bf16")
 
 
-def _expand_back(b: HloBuilder, r: Instruction, dims: Sequence[int], reduced: Sequence[int]) -> Instruction:
+def expand_back(b: HloBuilder, r: Instruction, dims: Sequence[int], reduced: Sequence[int]) -> Instruction:
     """Broadcast a reduction result (reduced dims removed) back to ``dims``."""
     return b.broadcast(r, dims, [i for i in range(len(dims)) if i not in reduced])
 
@@ -49,7 +52,7 @@ def sum_all(b: HloBuilder, x: Instruction, dtype: Any = None) -> Instruction:
     return sum_(b, x, None, False, dtype)
 
 
-def _mean(b: HloBuilder, x: Instruction, dims: list[int], keepdim: bool = False) -> Instruction:
+def mean_over(b: HloBuilder, x: Instruction, dims: list[int], keepdim: bool = False) -> Instruction:
     total = b.reduce(x, dims, "add")
     mean = b.binary("multiply", total, b.scalar(1.0 / max(_count(x, dims), 1), x.shape.dtype))
     return _finish(b, mean, x, dims, keepdim)
@@ -58,7 +61,7 @@ def _mean(b: HloBuilder, x: Instruction, dims: list[int], keepdim: bool = False)
 def mean(b: HloBuilder, x: Instruction, dim: Any = None, keepdim: bool = False, dtype: Any = None) -> Instruction:
     require(dtype is not None or is_float(x.shape.dtype), "mean of an integer tensor needs a dtype")
     x = b.convert(x, hlo_dtype(dtype) if dtype is not None else x.shape.dtype)
-    return _mean(b, x, norm_dims(dim, x.shape.rank), keepdim)
+    return mean_over(b, x, norm_dims(dim, x.shape.rank), keepdim)
 
 
 def mean_all(b: HloBuilder, x: Instruction, dtype: Any = None) -> Instruction:
@@ -80,30 +83,146 @@ def var(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = None,
     """``sum((x - mean)^2) / (N - correction)`` (correction defaults to 1)."""
     x = b.convert(x, float_dtype(x))
     dims = norm_dims(dim, x.shape.rank)
-    centered = b.binary("subtract", x, _expand_back(b, _mean(b, x, dims), x.shape.dims, dims))
+    centered = b.binary("subtract", x, expand_back(b, mean_over(b, x, dims), x.shape.dims, dims))
     squares = b.reduce(b.binary("multiply", centered, centered), dims, "add")
     denom = max(_count(x, dims) - (1 if correction is None else correction), 0)
     out = b.binary("divide", squares, b.scalar(denom, x.shape.dtype))
     return _finish(b, out, x, dims, keepdim)
 
 
+def std(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = None,
+        keepdim: bool = False) -> Instruction:
+    return b.unary("sqrt", var(b, x, dim, correction, keepdim))
+
+
+def prod_dim(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False, dtype: Any = None) -> Instruction:
+    x = b.convert(x, _accumulation_dtype(x, dtype))
+    dims = [norm_dim(dim, x.shape.rank)]
+    return _finish(b, b.reduce(x, dims, "mul"), x, dims, keepdim)
+
+
+def prod_all(b: HloBuilder, x: Instruction, dtype: Any = None) -> Instruction:
+    x = b.convert(x, _accumulation_dtype(x, dtype))
+    return b.reduce(x, range(x.shape.rank), "mul")
+
+
+def _full_reduction(kind: str):
+    """max() / min() of every element."""
+    def rule(b: HloBuilder, x: Instruction) -> Instruction:
+        return b.reduce(x, range(x.shape.rank), kind)
+
+    rule.__name__ = f"{kind}_all"
+    return rule
+
+
+def _truth(kind: str):
+    """any / all: nonzero elements as pred, reduced with or / and (over the given dims, or all)."""
+    def rule(b: HloBuilder, x: Instruction, dim: Any = None, keepdim: bool = False) -> Instruction:
+        dims = norm_dims(dim, x.shape.rank)
+        p = b.convert(x, "pred")
+        return _finish(b, b.reduce(p, dims, kind), p, dims, keepdim)
+
+    rule.__name__ = {"or": "any", "and": "all"}[kind]
+    return rule
+
+
+def logsumexp(b: HloBuilder, x: Instruction, dim: Any, keepdim: bool = False) -> Instruction:
+    """``max + log(sum(exp(x - max)))`` (a row of -inf gives -inf)."""
+    x = b.convert(x, float_dtype(x))
+    dims = norm_dims(dim, x.shape.rank)
+    m = b.reduce(x, dims, "max")
+    finite = b.select(b.emit("is-finite", m.shape.with_dtype("pred"), [m]), m, b.full(0, m.shape.dtype, m.shape.dims))
+    e = b.unary("exponential", b.binary("subtract", x, expand_back(b, finite, x.shape.dims, dims)))
+    out = b.binary("add", b.unary("log", b.reduce(e, dims, "add")), finite)
+    return _finish(b, out, x, dims, keepdim)
+
+
+# ---- argmax and friends -------------------------------------------------------------------------
+def _arg_reducer(b: HloBuilder, value_dtype: str, direction: str):
+    """(value, index) x (value, index) -> the pair with the larger (GT) / smaller (LT) value, the
+    smaller index on ties: the first extreme element, as torch returns it."""
+    def body(p: list[Instruction]) -> Instruction:
+        v0, i0, v1, i1 = p
+        better = b.compare(v1, v0, direction)
+        tie = b.binary("and", b.compare(v1, v0, "EQ"), b.compare(i1, i0, "LT"))
+        take = b.binary("or", better, tie)
+        return b.tuple([b.select(take, v1, v0), b.select(take, i1, i0)])
+
+    scalar = Shape.array(value_dtype, ())
+    index = Shape.array("s64", ())
+    return b.computation(f"arg{'max' if direction == 'GT' else 'min'}_{value_dtype}",
+                         [scalar, index, scalar, index], body)
+
+
+def _arg_reduce(b: HloBuilder, x: Instruction, d: int, kind: str) -> tuple[Instruction, Instruction]:
+    """(values, indices) of the max/min along dim ``d``."""
+    idx = b.iota("s64", x.shape.dims, d)
+    inits = [b.scalar(reduction_identity(kind, x.shape.dtype), x.shape.dtype), b.scalar(0, "s64")]
+    reducer = _arg_reducer(b, x.shape.dtype, "GT" if kind == "max" else "LT")
+    values, indices = b.reduce_variadic([x, idx], inits, [d], reducer)
+    return values, indices
+
+
+def _argext(kind: str):
+    """argmax / argmin along ``dim`` (over the flattened tensor when dim is None)."""
+    def rule(b: HloBuilder, x: Instruction, dim: int | None = None, keepdim: bool = False) -> Instruction:
+        if dim is None:
+            flat = b.reshape(x, [x.shape.size])
+            _, idx = _arg_reduce(b, flat, 0, kind)
+            return b.reshape(idx, [1] * x.shape.rank) if keepdim else idx
+        d = norm_dim(dim, x.shape.rank)
+        _, idx = _arg_reduce(b, x, d, kind)
+        return _finish(b, idx, x, [d], keepdim)
+
+    rule.__name__ = f"arg{kind}"
+    return rule
+
+
+def _extreme_dim(kind: str):
+    """max.dim / min.dim: (values, indices) along one dim."""
+    def rule(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False) -> tuple[Instruction, Instruction]:
+        d = norm_dim(dim, x.shape.rank)
+        values, idx = _arg_reduce(b, x, d, kind)
+        return _finish(b, values, x, [d], keepdim), _finish(b, idx, x, [d], keepdim)
+
+    rule.__name__ = f"{kind}_dim"
+    return rule
+
+
+# ---- cumulative ---------------------------------------------------------------------------------
+def _cumulative(kind: str):
+    """cumsum / cumprod: a reduce-window spanning the dim, padded with (n - 1) identities in front."""
+    def rule(b: HloBuilder, x: Instruction, dim: int, dtype: Any = None) -> Instruction:
+        x = b.convert(x, _accumulation_dtype(x, dtype))
+        if x.shape.rank == 0:
+            return x
+        d = norm_dim(dim, x.shape.rank)
+        n = x.shape.dims[d]
+        size = [n if i == d else 1 for i in range(x.shape.rank)]
+        pad = [(n - 1, 0) if i == d else (0, 0) for i in range(x.shape.rank)]
+        return b.reduce_window(x, Window.make(size, pad=pad), kind)
+
+    rule.__name__ = {"add": "cumsum", "mul": "cumprod"}[kind]
+    return rule
+
+
 # ---- softmax ------------------------------------------------------------------------------------
 def _shifted(b: HloBuilder, x: Instruction, d: int) -> Instruction:
     """``x - max(x, d)``."""
-    return b.binary("subtract", x, _expand_back(b, b.reduce(x, [d], "max"), x.shape.dims, [d]))
+    return b.binary("subtract", x, expand_back(b, b.reduce(x, [d], "max"), x.shape.dims, [d]))
 
 
 def softmax_along(b: HloBuilder, x: Instruction, d: int) -> Instruction:
     """``exp(x - max) / sum(exp(x - max))`` along dim ``d``."""
     e = b.unary("exponential", _shifted(b, x, d))
-    return b.binary("divide", e, _expand_back(b, b.reduce(e, [d], "add"), x.shape.dims, [d]))
+    return b.binary("divide", e, expand_back(b, b.reduce(e, [d], "add"), x.shape.dims, [d]))
 
 
 def log_softmax_along(b: HloBuilder, x: Instruction, d: int) -> Instruction:
     """``(x - max) - log(sum(exp(x - max)))`` along dim ``d``."""
     s = _shifted(b, x, d)
     lse = b.unary("log", b.reduce(b.unary("exponential", s), [d], "add"))
-    return b.binary("subtract", s, _expand_back(b, lse, x.shape.dims, [d]))
+    return b.binary("subtract", s, expand_back(b, lse, x.shape.dims, [d]))
 
 
 def _softmax_rule(along):
@@ -123,41 +242,6 @@ def _softmax_rule(along):
     return rule
 
 
-# ---- layer norm ---------------------------------------------------------------------------------
-def _layer_norm(b: HloBuilder, x: Instruction, normalized_shape: Sequence[int], weight: Instruction | None,
-                bias: Instruction | None, eps: float) -> tuple[Instruction, Instruction, Instruction]:
-    """(out, mean, rstd) over the trailing ``normalized_shape`` dims; mean/rstd keep those dims as 1."""
-    n = len(normalized_shape)
-    require(tuple(x.shape.dims[x.shape.rank - n:]) == tuple(normalized_shape),
-            f"normalized_shape {list(normalized_shape)} does not match input {list(x.shape.dims)}")
-    out_dtype = float_dtype(x)
-    x = b.convert(x, "f32" if out_dtype in _UPCAST else out_dtype)
-    dims = list(range(x.shape.rank - n, x.shape.rank))
-    mean_r = _mean(b, x, dims)
-    centered = b.binary("subtract", x, _expand_back(b, mean_r, x.shape.dims, dims))
-    var_r = _mean(b, b.binary("multiply", centered, centered), dims)
-    rstd_r = b.unary("rsqrt", b.binary("add", var_r, b.scalar(eps, x.shape.dtype)))
-    out = b.binary("multiply", centered, _expand_back(b, rstd_r, x.shape.dims, dims))
-    if weight is not None:
-        out = b.binary("multiply", out, b.broadcast_to(b.convert(weight, x.shape.dtype), out.shape.dims))
-    if bias is not None:
-        out = b.binary("add", out, b.broadcast_to(b.convert(bias, x.shape.dtype), out.shape.dims))
-    return (b.convert(out, out_dtype), keep_dims(b, mean_r, dims, x.shape.dims),
-            keep_dims(b, rstd_r, dims, x.shape.dims))
-
-
-def layer_norm(b: HloBuilder, x: Instruction, normalized_shape: Sequence[int],
-               weight: Instruction | None = None, bias: Instruction | None = None, eps: float = 1e-5,
-               cudnn_enable: bool = True) -> Instruction:
-    return _layer_norm(b, x, normalized_shape, weight, bias, eps)[0]
-
-
-def native_layer_norm(b: HloBuilder, x: Instruction, normalized_shape: Sequence[int],
-                      weight: Instruction | None, bias: Instruction | None,
-                      eps: float) -> tuple[Instruction, Instruction, Instruction]:
-    return _layer_norm(b, x, normalized_shape, weight, bias, eps)
-
-
 RULES = {
     "aten.sum.dim_IntList": sum_,
     "aten.sum.default": sum_all,
@@ -166,10 +250,25 @@ RULES = {
     "aten.amax.default": _extremum("max"),
     "aten.amin.default": _extremum("min"),
     "aten.var.correction": var,
+    "aten.std.correction": std,
+    "aten.prod.dim_int": prod_dim,
+    "aten.prod.default": prod_all,
+    "aten.max.default": _full_reduction("max"),
+    "aten.min.default": _full_reduction("min"),
+    "aten.max.dim": _extreme_dim("max"),
+    "aten.min.dim": _extreme_dim("min"),
+    "aten.argmax.default": _argext("max"),
+    "aten.argmin.default": _argext("min"),
+    "aten.any.default": _truth("or"),
+    "aten.any.dim": _truth("or"),
+    "aten.any.dims": _truth("or"),
+    "aten.all.default": _truth("and"),
+    "aten.all.dim": _truth("and"),
+    "aten.logsumexp.default": logsumexp,
+    "aten.cumsum.default": _cumulative("add"),
+    "aten.cumprod.default": _cumulative("mul"),
     "aten.softmax.int": _softmax_rule(softmax_along),
     "aten._softmax.default": _softmax_rule(softmax_along),
     "aten.log_softmax.int": _softmax_rule(log_softmax_along),
     "aten._log_softmax.default": _softmax_rule(log_softmax_along),
-    "aten.layer_norm.default": layer_norm,
-    "aten.native_layer_norm.default": native_layer_norm,
 }

@@ -1,4 +1,6 @@
-"""Shape, layout and creation ops: views become ``reshape``/``transpose``/``broadcast``/``slice``.
+"""Shape, layout, slicing and joining ops: views become ``reshape``/``transpose``/``broadcast``/``slice``;
+cat/stack are ``concatenate``, roll swaps two slices, repeat is a broadcast then a reshape, pad is HLO
+``pad`` (constant) or slices and concatenates (reflect, replicate, circular).
 
 Memory-only ops (clone, alias, detach, contiguous) pass their input through: HLO values are
 immutable and layouts are assigned later, so a copy has no meaning here.
@@ -10,12 +12,11 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
-import torch
-
 from compiler.hlo.ir import Instruction
 
-from .builder import HloBuilder, hlo_dtype
+from .builder import HloBuilder
 from .ops_common import norm_dim, require, result_dtype
+from .ops_index import flip, index
 
 
 def _infer_size(dims: Sequence[int], numel: int) -> list[int]:
@@ -104,15 +105,18 @@ def select(b: HloBuilder, x: Instruction, dim: int, index: int) -> Instruction:
 
 
 def basic_index(b: HloBuilder, x: Instruction, index: Any) -> Instruction:
-    """Python indexing ``x[index]`` with ints, slices, None and one Ellipsis (fx capture)."""
+    """Python indexing ``x[index]`` (fx capture) with ints, slices, None and one Ellipsis, or with index
+    tensors (advanced indexing: ints then count as index tensors too, as in torch)."""
     items = index if isinstance(index, tuple) else (index,)
-    require(all(i is None or i is Ellipsis or isinstance(i, (int, slice)) for i in items),
-            "only basic indexing (ints, slices, None, ...) is supported")
+    require(all(i is None or i is Ellipsis or isinstance(i, (int, slice, Instruction)) for i in items),
+            "only ints, slices, None, ... and index tensors are supported as indices")
     n_real = sum(1 for i in items if i is not None and i is not Ellipsis)
     require(n_real <= x.shape.rank, f"too many indices for a tensor of rank {x.shape.rank}")
     fill = (slice(None),) * (x.shape.rank - n_real)
     k = next((n for n, i in enumerate(items) if i is Ellipsis), len(items))
     items = items[:k] + fill + items[k + 1:]
+    if any(isinstance(i, Instruction) for i in items):
+        return _advanced_index(b, x, items)
     out, dim = x, 0
     for item in items:
         if item is None:
@@ -122,6 +126,22 @@ def basic_index(b: HloBuilder, x: Instruction, index: Any) -> Instruction:
         else:
             out, dim = slice_(b, out, dim, item.start, item.stop, item.step or 1), dim + 1
     return out
+
+
+def _advanced_index(b: HloBuilder, x: Instruction, items: tuple[Any, ...]) -> Instruction:
+    """``x[..., idx, 1:3, 0]``: slices first (dims stay in place), then ``index.Tensor`` with ints as
+    0-d index tensors."""
+    require(None not in items, "None (a new axis) together with index tensors is not supported")
+    out, indices = x, []
+    for d, item in enumerate(items):
+        if isinstance(item, slice):
+            out = slice_(b, out, d, item.start, item.stop, item.step or 1)
+            indices.append(None)
+        else:
+            indices.append(item if isinstance(item, Instruction) else b.scalar(item, "s64"))
+    while indices and indices[-1] is None:
+        indices.pop()
+    return index(b, out, indices)
 
 
 def split_with_sizes(b: HloBuilder, x: Instruction, sizes: Sequence[int], dim: int = 0) -> list[Instruction]:
@@ -152,33 +172,115 @@ def cat(b: HloBuilder, tensors: Sequence[Instruction], dim: int = 0) -> Instruct
     return b.concatenate([b.convert(x, dtype) for x in tensors], norm_dim(dim, tensors[0].shape.rank))
 
 
-def full(b: HloBuilder, size: Sequence[int], fill_value: Any, dtype: Any = None, layout: Any = None,
-         device: Any = None, pin_memory: Any = None) -> Instruction:
-    torch_dtype = dtype if dtype is not None else torch.full((), fill_value).dtype
-    return b.full(fill_value, hlo_dtype(torch_dtype), [int(d) for d in size])
+def stack(b: HloBuilder, tensors: Sequence[Instruction], dim: int = 0) -> Instruction:
+    require(len(tensors) > 0, "stack of no tensors")
+    d = norm_dim(dim, tensors[0].shape.rank + 1)
+    return cat(b, [unsqueeze(b, x, d) for x in tensors], d)
 
 
-def scalar_tensor(b: HloBuilder, value: Any, dtype: Any = None, layout: Any = None, device: Any = None,
-                  pin_memory: Any = None) -> Instruction:
-    return b.scalar(value, hlo_dtype(dtype if dtype is not None else torch.get_default_dtype()))
+def chunk(b: HloBuilder, x: Instruction, chunks: int, dim: int = 0) -> list[Instruction]:
+    """torch.chunk: pieces of ceil(n / chunks) (fewer pieces when that covers n sooner)."""
+    require(chunks > 0, f"chunk needs a positive number of chunks, got {chunks}")
+    n = x.shape.dims[norm_dim(dim, x.shape.rank)]
+    return split(b, x, max(-(-n // chunks), 1), dim)
 
 
-def full_like(b: HloBuilder, x: Instruction, fill_value: Any, dtype: Any = None, layout: Any = None,
-              device: Any = None, pin_memory: Any = None, memory_format: Any = None) -> Instruction:
-    out_dtype = hlo_dtype(dtype) if dtype is not None else x.shape.dtype
-    return b.full(fill_value, out_dtype, x.shape.dims)
+def unbind(b: HloBuilder, x: Instruction, dim: int = 0) -> list[Instruction]:
+    d = norm_dim(dim, x.shape.rank)
+    return [select(b, x, d, i) for i in range(x.shape.dims[d])]
 
 
-def arange(b: HloBuilder, start: Any, end: Any = None, step: Any = 1, dtype: Any = None, layout: Any = None,
-           device: Any = None, pin_memory: Any = None) -> Instruction:
-    """``start + step * iota`` (arange.default passes only ``end``, as ``start``)."""
-    if end is None:
-        start, end = 0, start
-    values = torch.arange(start, end, step, dtype=dtype)  # torch decides the length and dtype
-    out_dtype = hlo_dtype(values.dtype)
-    iota = b.iota(out_dtype, [values.numel()], 0)
-    scaled = iota if step == 1 else b.binary("multiply", iota, b.scalar(step, out_dtype))
-    return scaled if start == 0 else b.binary("add", scaled, b.scalar(start, out_dtype))
+def narrow(b: HloBuilder, x: Instruction, dim: int, start: int, length: int) -> Instruction:
+    d = norm_dim(dim, x.shape.rank)
+    start = start + x.shape.dims[d] if start < 0 else start
+    require(0 <= start and start + length <= x.shape.dims[d],
+            f"narrow [{start}, {start + length}) is outside dim {d} of size {x.shape.dims[d]}")
+    return slice_(b, x, d, start, start + length)
+
+
+def unflatten(b: HloBuilder, x: Instruction, dim: int, sizes: Sequence[int]) -> Instruction:
+    d = norm_dim(dim, x.shape.rank)
+    dims = list(x.shape.dims)
+    return b.reshape(x, dims[:d] + _infer_size(sizes, dims[d]) + dims[d + 1:])
+
+
+def view_as(b: HloBuilder, x: Instruction, other: Instruction) -> Instruction:
+    return b.reshape(x, other.shape.dims)
+
+
+def expand_as(b: HloBuilder, x: Instruction, other: Instruction) -> Instruction:
+    return b.broadcast_to(x, other.shape.dims)
+
+
+def movedim(b: HloBuilder, x: Instruction, source: int, destination: int) -> Instruction:
+    perm = list(range(x.shape.rank))
+    s = perm.pop(norm_dim(source, x.shape.rank))
+    perm.insert(norm_dim(destination, x.shape.rank), s)
+    return b.transpose(x, perm)
+
+
+def roll(b: HloBuilder, x: Instruction, shifts: Sequence[int], dims: Sequence[int] = ()) -> Instruction:
+    """Two slices swapped by a concatenate per rolled dim (no dims: roll the flattened tensor)."""
+    if not dims:
+        require(len(shifts) == 1, "roll without dims takes one shift")
+        return b.reshape(roll(b, b.reshape(x, [x.shape.size]), shifts, [0]), x.shape.dims)
+    require(len(shifts) == len(dims), f"roll: {len(shifts)} shifts for {len(dims)} dims")
+    out = x
+    for shift, dim in zip(shifts, dims):
+        d = norm_dim(dim, x.shape.rank)
+        n = x.shape.dims[d]
+        k = shift % n if n else 0
+        if k:
+            out = b.concatenate([slice_(b, out, d, n - k, n), slice_(b, out, d, 0, n - k)], d)
+    return out
+
+
+def repeat(b: HloBuilder, x: Instruction, repeats: Sequence[int]) -> Instruction:
+    """Tile: each dim d becomes (repeats[d], size[d]) by a broadcast, then the pairs are merged."""
+    reps = [int(r) for r in repeats]
+    require(len(reps) >= x.shape.rank, f"repeat needs at least {x.shape.rank} counts, got {reps}")
+    dims = [1] * (len(reps) - x.shape.rank) + list(x.shape.dims)
+    x = b.reshape(x, dims)
+    tiled = [v for r, n in zip(reps, dims) for v in (r, n)]
+    out = b.broadcast(x, tiled, [2 * i + 1 for i in range(len(dims))])
+    return b.reshape(out, [r * n for r, n in zip(reps, dims)])
+
+
+def pad(b: HloBuilder, x: Instruction, pad: Sequence[int], mode: str = "constant",
+        value: float | None = None) -> Instruction:
+    """F.pad: constant (HLO pad), or reflect / replicate / circular from slices and concatenates."""
+    if mode == "constant":
+        return constant_pad_nd(b, x, pad, 0 if value is None else value)
+    require(mode in ("reflect", "replicate", "circular"), f"pad mode={mode!r} is not supported")
+    require(len(pad) % 2 == 0 and len(pad) // 2 <= x.shape.rank, f"invalid padding {list(pad)}")
+    out = x
+    for i in range(len(pad) // 2):
+        d = x.shape.rank - 1 - i
+        lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
+        n = out.shape.dims[d]
+        require(lo >= 0 and hi >= 0, f"pad mode={mode!r} takes no negative padding")
+        require(mode != "reflect" or (lo < n and hi < n), f"reflect padding must be smaller than the dim ({n})")
+        require(mode != "circular" or (lo <= n and hi <= n), f"circular padding must not exceed the dim ({n})")
+        pieces = []
+        if lo:
+            pieces.append(_pad_piece(b, out, d, n, lo, mode, front=True))
+        pieces.append(out)
+        if hi:
+            pieces.append(_pad_piece(b, out, d, n, hi, mode, front=False))
+        out = b.concatenate(pieces, d)
+    return out
+
+
+def _pad_piece(b: HloBuilder, x: Instruction, d: int, n: int, k: int, mode: str, front: bool) -> Instruction:
+    if mode == "circular":
+        return slice_(b, x, d, n - k, n) if front else slice_(b, x, d, 0, k)
+    if mode == "replicate":
+        edge = slice_(b, x, d, 0, 1) if front else slice_(b, x, d, n - 1, n)
+        dims = list(x.shape.dims)
+        dims[d] = k
+        return b.broadcast_to(edge, dims)
+    mirrored = slice_(b, x, d, 1, k + 1) if front else slice_(b, x, d, n - 1 - k, n - 1)
+    return flip(b, mirrored, [d])
 
 
 def constant_pad_nd(b: HloBuilder, x: Instruction, pad: Sequence[int], value: Any = 0) -> Instruction:
@@ -213,11 +315,17 @@ RULES = {
     "aten.split.Tensor": split,
     "aten.split_with_sizes.default": split_with_sizes,
     "aten.cat.default": cat,
-    "aten.full.default": full,
-    "aten.scalar_tensor.default": scalar_tensor,
-    "aten.full_like.default": full_like,
-    "aten.arange.default": arange,
-    "aten.arange.start": arange,
-    "aten.arange.start_step": arange,
+    "aten.stack.default": stack,
+    "aten.chunk.default": chunk,
+    "aten.unbind.int": unbind,
+    "aten.narrow.default": narrow,
+    "aten.unflatten.int": unflatten,
+    "aten.view_as.default": view_as,
+    "aten.reshape_as.default": view_as,
+    "aten.expand_as.default": expand_as,
+    "aten.movedim.int": movedim,
+    "aten.roll.default": roll,
+    "aten.repeat.default": repeat,
+    "aten.pad.default": pad,
     "aten.constant_pad_nd.default": constant_pad_nd,
 }

@@ -1,0 +1,114 @@
+"""Indexing with tensors: embedding, index_select, gather, advanced indexing (``x[idx]``), flip.
+
+All of them are one HLO ``gather`` (attribute meanings in compiler/hlo/shape_inference.py):
+
+- ``embedding(W, ids)`` / ``index_select(x, d, idx)``: slices of size 1 along the indexed dim,
+  collapsed, the other dims kept whole (``offset_dims``), the index batch dims where the indexed dim was;
+- ``gather(x, d, idx)``: a full coordinate per element (``idx`` along d, ``iota`` along the others);
+- ``index.Tensor``: the indexed dims collapsed, the broadcast index shape where torch puts it (in
+  place of adjacent indexed dims, else in front);
+- ``flip``: an index_select with ``n - 1 - iota`` along each flipped dim.
+
+Negative indices count from the end, as in torch (HLO gather would clamp them to 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from compiler.hlo.ir import Instruction
+
+from .builder import HloBuilder, broadcast_dims
+from .ops_common import is_float, norm_dim, require
+
+_INDEX = "s64"
+
+
+def _index(b: HloBuilder, idx: Instruction, size: int) -> Instruction:
+    """Integer indices as s64 with negative ones wrapped into [0, size)."""
+    require(not is_float(idx.shape.dtype) and idx.shape.dtype != "pred",
+            f"indices must be integers, got {idx.shape.dtype}")
+    idx = b.convert(idx, _INDEX)
+    wrapped = b.binary("add", idx, b.full(size, _INDEX, idx.shape.dims))
+    return b.select(b.compare(idx, b.full(0, _INDEX, idx.shape.dims), "LT"), wrapped, idx)
+
+
+def _take(b: HloBuilder, x: Instruction, d: int, idx: Instruction) -> Instruction:
+    """x with dim ``d`` replaced by the dims of ``idx`` (rows of x along d picked by idx)."""
+    r, k = x.shape.rank, idx.shape.rank
+    sizes = [1 if i == d else n for i, n in enumerate(x.shape.dims)]
+    offsets = [i if i < d else i + k - 1 for i in range(r) if i != d]
+    return b.gather(x, idx, offset_dims=offsets, collapsed_slice_dims=(d,), start_index_map=(d,),
+                    index_vector_dim=k, slice_sizes=sizes)
+
+
+def embedding(b: HloBuilder, weight: Instruction, indices: Instruction, padding_idx: int = -1,
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Instruction:
+    """Rows of ``weight`` (padding_idx, scale_grad_by_freq and sparse only matter for gradients)."""
+    require(weight.shape.rank == 2, f"embedding weight must be 2-D, got {list(weight.shape.dims)}")
+    return _take(b, weight, 0, _index(b, indices, weight.shape.dims[0]))
+
+
+def index_select(b: HloBuilder, x: Instruction, dim: int, index: Instruction) -> Instruction:
+    require(index.shape.rank <= 1, f"index_select takes a 1-D index, got {list(index.shape.dims)}")
+    d = norm_dim(dim, x.shape.rank)
+    idx = b.reshape(index, [index.shape.size])
+    return _take(b, x, d, _index(b, idx, x.shape.dims[d] if x.shape.rank else 1))
+
+
+def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_grad: bool = False) -> Instruction:
+    """``out[i][j][k] = x[i][index[i][j][k]][k]`` (for dim=1): one full coordinate per output element."""
+    r = x.shape.rank
+    require(index.shape.rank == r, f"gather index {list(index.shape.dims)} must have the rank of {list(x.shape.dims)}")
+    d = norm_dim(dim, r)
+    dims = index.shape.dims
+    coords = []
+    for a in range(r):
+        c = _index(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
+        coords.append(b.reshape(c, [*dims, 1]))
+    return b.gather(x, b.concatenate(coords, r), offset_dims=(), collapsed_slice_dims=tuple(range(r)),
+                    start_index_map=tuple(range(r)), index_vector_dim=r, slice_sizes=(1,) * r)
+
+
+def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) -> Instruction:
+    """``x[i0, :, i2]``-style advanced indexing with integer index tensors (broadcast together)."""
+    require(len(indices) <= x.shape.rank, f"too many indices ({len(indices)}) for rank {x.shape.rank}")
+    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
+    require(len(picked) > 0, "indexing without an index tensor")
+    for _, i in picked:
+        require(i.shape.dtype != "pred", "indexing with a boolean mask has a data-dependent shape; "
+                                         "use torch.where or masked_fill instead")
+    batch: tuple[int, ...] = ()
+    for _, i in picked:
+        batch = broadcast_dims(batch, i.shape.dims)
+    dims = [d for d, _ in picked]
+    if len(picked) == 1:
+        return _take(b, x, dims[0], _index(b, picked[0][1], x.shape.dims[dims[0]]))
+    coords = [b.reshape(b.broadcast_to(_index(b, i, x.shape.dims[d]), batch), [*batch, 1]) for d, i in picked]
+    starts = b.concatenate(coords, len(batch))
+    kept = [d for d in range(x.shape.rank) if d not in dims]
+    adjacent = dims == list(range(dims[0], dims[-1] + 1))
+    first = dims[0] if adjacent else 0  # where the index dims go in the result
+    offsets = [p if p < first else p + len(batch) for p in range(len(kept))]
+    sizes = [1 if d in dims else n for d, n in enumerate(x.shape.dims)]
+    return b.gather(x, starts, offset_dims=offsets, collapsed_slice_dims=tuple(dims), start_index_map=tuple(dims),
+                    index_vector_dim=len(batch), slice_sizes=sizes)
+
+
+def flip(b: HloBuilder, x: Instruction, dims: Sequence[int]) -> Instruction:
+    out = x
+    for d in sorted({norm_dim(d, x.shape.rank) for d in dims}):
+        n = x.shape.dims[d]
+        reversed_ = b.binary("subtract", b.full(n - 1, _INDEX, [n]), b.iota(_INDEX, [n], 0))
+        out = _take(b, out, d, reversed_)
+    return out
+
+
+RULES = {
+    "aten.embedding.default": embedding,
+    "aten.index_select.default": index_select,
+    "aten.gather.default": gather,
+    "aten.index.Tensor": index,
+    "aten._unsafe_index.Tensor": index,
+    "aten.flip.default": flip,
+}
