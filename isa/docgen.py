@@ -24,7 +24,7 @@ COST_CLASSES = {  # the emulator times each class; figures in shared/docs/machin
     "pe_load": "LoadStationary: about a quarter of a MultiplyMoving of the same free size, overlapped "
                "with the previous MultiplyMoving",
     "pe_matmul": "MultiplyMoving: initiation interval max(N, 64) PE cycles (bf16/fp16/fp8), 4x for fp32; "
-                 "fp8 reaches 2x the bf16 peak where the target allows K = 256 at the same interval (trn2)",
+                 "fp8 moving tiles stream `pe.fp8_rate` times faster (trn2: 2x, the fp8 peak)",
     "pe_transpose": "PE transpose of [P, F]: target `pe.transpose.mode` `matmul` (trn1) costs one "
                     "MultiplyMoving of an identity, max(P, 64) cycles (4x fp32); `native` (trn2) "
                     "max(P, min_interval) cycles with the target's fp32 factor",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from isa.dtypes import DTYPES
-from isa.emulator.rules import byte_bounds, free_size
+from isa.emulator.rules import FP8_DTYPES, byte_bounds, free_size
 from isa.instructions import OPCODES
 from isa.program import AccessPattern, Instruction
 from isa.target import Target
@@ -22,11 +22,14 @@ STREAM_CLASSES = ("stream1", "stream2", "stream3")
 
 def _pe_cycles(target: Target, free: int, dtype: str) -> float:
     """machine-model.md "Tensor engine (PE)": initiation interval max(N, 64) PE cycles for
-    bf16/fp16/fp8, 4x that for fp32. (fp8's 2x peak on trn2 comes from its contraction of 256
-    rows per instruction, pe.max_k_fp8, at the same interval.)"""
+    bf16/fp16/fp8, 4x that for fp32; fp8 streams pe.fp8_rate times faster (trn2: 2x the bf16
+    peak; the model's "contraction 256 per instruction" cannot be written as an operand has at
+    most 128 partitions, so the doubled rate is modelled as half the interval)."""
     pe = target.data["pe"]
     cycles = max(free, pe["min_interval"])
-    return cycles * (pe["fp32_factor"] if dtype == "f32" else 1)
+    if dtype == "f32":
+        return cycles * pe["fp32_factor"]
+    return cycles / pe["fp8_rate"] if dtype in FP8_DTYPES else cycles
 
 
 def pe_matmul(target: Target, inst: Instruction) -> float:

@@ -60,8 +60,9 @@ def tile_program(inputs: dict[str, tuple[str, np.ndarray]], outputs: dict[str, t
     """A program that DMAs each [P, F] input into SBUF, runs ``compute(tiles)`` and DMAs the outputs out.
 
     ``tiles`` maps every input and output name to its SBUF access pattern (one 8 KiB slot per
-    partition each). The first compute instruction waits for the loads (semaphore 0), the last
-    signals semaphore 1, which the output DMAs wait on. Returns the program and its input arrays.
+    partition each). Every compute instruction waits for the loads (semaphore 0) and signals
+    semaphore 1, which the output DMAs wait on (for all of them: the body may span several
+    engines). Returns the program and its input arrays.
     """
     from isa.dtypes import dtype as lookup
 
@@ -80,6 +81,9 @@ def tile_program(inputs: dict[str, tuple[str, np.ndarray]], outputs: dict[str, t
         stores.append(ins("sp", "dma", dst=hb(name, 0, [[free, parts], [1, free]], dt), src=tiles[name],
                           queue=slot % 16, waits=[(1, 1)]))
     body = compute(tiles)
-    body[0].waits.append((0, len(loads)))
-    body[-1].signals.append(1)
+    for inst in body:
+        inst.waits.append((0, len(loads)))
+        inst.signals.append(1)
+    for store in stores:
+        store.waits[:] = [(1, len(body))]
     return program(tensors, loads + body + stores, target), arrays
