@@ -170,6 +170,15 @@ def _broadcast(inst: Instruction, ops: list) -> np.ndarray:
     return np.broadcast_to(np.transpose(x, order).reshape(view), inst.shape.dims)
 
 
+def _bitcast(inst: Instruction, ops: list) -> np.ndarray:
+    """The operand's elements in its physical (layout) order, laid out again in the result's layout."""
+    x, source, target = ops[0], inst.operands[0].shape, inst.shape
+    physical = np.transpose(x, tuple(reversed(source.minor_to_major))).reshape(-1)
+    major_to_minor = tuple(reversed(target.minor_to_major))
+    stored = physical.reshape([target.dims[d] for d in major_to_minor])
+    return np.transpose(stored, np.argsort(major_to_minor))
+
+
 def _slice(inst: Instruction, ops: list) -> np.ndarray:
     return ops[0][tuple(slice(s, lim, st) for s, lim, st in inst.attrs["slice"].ranges)]
 
@@ -244,7 +253,7 @@ def _constant(inst: Instruction, ops: list) -> np.ndarray:
 OPS: dict[str, Op] = {
     "constant": _constant, "iota": _iota, "convert": _convert, "compare": _compare, "select": _select,
     "clamp": _clamp, "broadcast": _broadcast,
-    "reshape": lambda inst, ops: ops[0].reshape(inst.shape.dims),
+    "reshape": lambda inst, ops: ops[0].reshape(inst.shape.dims), "bitcast": _bitcast,
     "transpose": lambda inst, ops: np.transpose(ops[0], inst.attrs["dimensions"]),
     "slice": _slice,
     "concatenate": lambda inst, ops: np.concatenate(ops, axis=inst.attrs["dimensions"][0]),

@@ -12,6 +12,7 @@ Attribute forms (``Instruction.attrs``; text as XLA prints it, Python value as t
   broadcast            dimensions={1}                            tuple[int, ...]  operand dim i -> result dim
   transpose            dimensions={1,0}                          tuple[int, ...]  result dim i = operand dim
   reshape              (none)
+  bitcast              (none)  the operand's bytes in its layout, read in the result's layout
   slice                slice={[0:2], [0:6:2]}                    SliceSpec
   concatenate          dimensions={1}                            tuple[int, ...]  (exactly one)
   pad                  padding=1_1x0_2_1                         str  low_high[_interior] per dim, x-separated;
@@ -206,6 +207,14 @@ def _reshape(ops, attrs, declared):
     return array(ops[0].dtype, out.dims)
 
 
+def _bitcast(ops, attrs, declared):
+    arity(ops, 1)
+    out = need_declared(declared, "bitcast")
+    if out.dtype != ops[0].dtype or prod(out.dims) != ops[0].size:
+        raise fail(f"bitcast of {fmt(ops[0])} to {fmt(out)} must keep the element type and count")
+    return array(out.dtype, out.dims)
+
+
 def _transpose(ops, attrs, declared):
     arity(ops, 1)
     perm = dims_attr(attrs, "dimensions")
@@ -348,7 +357,7 @@ def _called(key: str) -> Rule:
 RULES: dict[str, Rule] = {
     "parameter": _given("parameter"), "constant": _given("constant"), "custom-call": _given("custom-call"),
     "iota": _iota, "convert": _convert, "compare": _compare, "select": _select, "clamp": _clamp,
-    "broadcast": _broadcast, "reshape": _reshape, "transpose": _transpose, "slice": _slice,
+    "broadcast": _broadcast, "reshape": _reshape, "bitcast": _bitcast, "transpose": _transpose, "slice": _slice,
     "concatenate": _concatenate, "pad": _pad, "reduce": _reduce, "dot": _dot, "tuple": _tuple,
     "get-tuple-element": _get_tuple_element, "fusion": _called("calls"), "call": _called("to_apply"),
     "is-finite": _is_finite,

@@ -1,12 +1,16 @@
 """Constant folding: replace an instruction whose operands are all constants by a constant of its value.
 
-Folded opcodes: ``convert``, ``transpose``, ``reshape``, ``broadcast`` and the elementwise ops. Values are
-computed by the reference interpreter (``compiler.hlo.interpreter.evaluate``) on a one-instruction module, so
-folding has exactly the semantics execution would have (e.g. the rounding of f32 -> bf16 converts).
+Any opcode the interpreter knows is folded when all its operands are constants -- the elementwise ops,
+``convert``, ``transpose``, ``reshape``, ``slice``, ``concatenate``, ``pad``, ``reduce``, ``dot``,
+``convolution``, ``gather``... -- provided the result is no larger than its largest operand (or has at most
+16 elements): folding never turns a small computation into a large constant. Values are computed by the
+reference interpreter (``compiler.hlo.interpreter.evaluate``) on a one-instruction module, so folding has
+exactly the semantics execution would have (e.g. the rounding of f32 -> bf16 converts).
 
-A ``broadcast`` is folded only when it broadcasts a scalar into at most 16 elements: expanding into a large
-array would trade one tiny constant and a cheap broadcast for megabytes of constant data, and a broadcast
-vector (a bias) is better left visible to fusion. Folded constants are placed with the other constants at the
+Never folded: ``iota`` and ``broadcast`` into more than 16 elements (XLA leaves them too: they are cheap to
+compute and would expand into large constants; a broadcast vector such as a bias is better left visible to
+fusion), tuple-shaped results, fusions and calls (their computations are simplified in place), and
+custom-calls the interpreter has no table entry for. Folded constants are placed with the other constants at the
 top of the computation (the canonical order, see canonicalize.py). A folded constant
 with more than 16 elements (the printer writes those to the constants side file) gets a fresh ``data`` key
 derived from its operand's, e.g. ``fc1.weight.convert``, unique in the module.
@@ -20,9 +24,9 @@ from compiler.hlo.interpreter import OPS, EvaluationError, evaluate
 from compiler.hlo.ir import Computation, Instruction, Module, Quoted, numpy_dtype
 from compiler.hlo.printer import INLINE_LITERAL_MAX, constant_key
 from compiler.pass_manager import HloPass
-from compiler.passes.utils import insert_constant, is_elementwise, reachable_computations, replace_instruction
+from compiler.passes.utils import insert_constant, reachable_computations, replace_instruction
 
-_STRUCTURAL = ("convert", "transpose", "reshape", "broadcast")
+_NEVER = frozenset({"parameter", "constant", "iota", "fusion", "call", "tuple", "get-tuple-element"})
 
 
 class ConstantFolding(HloPass):
@@ -39,13 +43,13 @@ class ConstantFolding(HloPass):
 
     @staticmethod
     def _foldable(inst: Instruction) -> bool:
+        if inst.opcode in _NEVER or inst.opcode not in OPS or inst.shape.is_tuple:
+            return False
         if not inst.operands or any(op.opcode != "constant" or op.literal is None for op in inst.operands):
             return False
-        if inst.shape.is_tuple or inst.called_computations():
-            return False
         if inst.opcode == "broadcast":
-            return inst.operands[0].shape.rank == 0 and inst.shape.size <= INLINE_LITERAL_MAX
-        return (inst.opcode in _STRUCTURAL or is_elementwise(inst)) and inst.opcode in OPS
+            return inst.shape.size <= INLINE_LITERAL_MAX
+        return inst.shape.size <= max(INLINE_LITERAL_MAX, *(op.shape.size for op in inst.operands))
 
     @staticmethod
     def _fold(module: Module, comp: Computation, inst: Instruction, keys: set[str]) -> bool:

@@ -248,3 +248,13 @@ def test_call_and_new_unary_ops():
 ])
 def test_window_text(window, text):
     assert format_window(window) == text
+
+
+def test_bitcast_follows_layouts():
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    same, flipped = run("""
+        %same = f32[3,2]{1,0} bitcast(%x)
+        %flipped = f32[3,2]{0,1} bitcast(%x)
+        ROOT %t = (f32[3,2]{1,0}, f32[3,2]{0,1}) tuple(%same, %flipped)""", "x: f32[2,3]", x)
+    np.testing.assert_array_equal(same, x.reshape(3, 2))
+    np.testing.assert_array_equal(flipped, x.T)  # row-major bytes read column-major: the transpose

@@ -45,3 +45,10 @@ ENTRY %main () -> (f32[2], f32[2]) {
     g, u = module.entry.root.operands
     assert g.opcode == "constant" and u.opcode == "custom-call"
     np.testing.assert_allclose(g.literal, [-0.15865526, 0.8413447], rtol=1e-6)
+
+
+def test_golden_more_ops():
+    # slice, pad, concatenate, reduce, dot, gather of constants fold; iota stays; a result never outgrows
+    # its largest operand (the big negate and gather fold, with fresh data keys)
+    run_golden("constant_folding_ops", [ConstantFolding(), ConstantFolding(), ConstantFolding(),
+                                        DeadCodeElimination()])
