@@ -83,6 +83,87 @@ RULES = [
     ("matmul dtype", [ins("pe", "load_stationary", src=STAT),
                       ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]], "bf16"),
                           src=sb(0, 128, 0, [[1, 8]], "bf16"))], "matmul dst must be f32"),
+    ("PE floats only", [ins("pe", "load_stationary", src=sb(0, 128, 0, [[1, 64]], "i32"))],
+     "operand src: PE operands must be floating point: i32; allowed: f32, bf16, f16, fp8e4, fp8e5"),
+    ("PE moving floats only", [ins("pe", "load_stationary", src=STAT),
+                               ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]),
+                                   src=sb(0, 128, 0, [[1, 8]], "i8"))], "PE operands must be floating point: i8"),
+    # PE transpose
+    ("transpose shape", [ins("pe", "transpose", dst=ps(0, 64, 0, [[1, 64]]), src=sb(0, 128, 0, [[1, 64]]))],
+     r"transpose dst must be \[F, P\] of src \[P, F\]: dst 64x64, src 128x64"),
+    ("transpose limit", [ins("pe", "transpose", dst=ps(0, 128, 0, [[1, 128]]), src=sb(0, 128, 0, [[1, 129]]))],
+     r"transpose input over the limit: \[128, 129\] > \[128, 128\]"),
+    ("transpose dtype", [ins("pe", "transpose", dst=ps(0, 64, 0, [[1, 128]], "bf16"),
+                             src=sb(0, 128, 0, [[1, 64]], "f16"))],
+     "transpose dst dtype must be f32 or the src dtype: dst bf16, src f16"),
+    ("transpose bank", [ins("pe", "transpose", dst=ps(0, 64, 1600, [[1, 128]]), src=sb(0, 128, 0, [[1, 64]]))],
+     r"transpose dst crosses a PSUM bank: bytes \[1600, 2112\), banks of 2048"),
+    ("transpose reads SBUF", [ins("pe", "transpose", dst=ps(0, 64, 0, [[1, 128]]), src=ps(0, 128, 4096, [[1, 64]]))],
+     "operand src: transpose cannot access psum"),
+    # ACT accumulator
+    ("acc shape", [ins("act", "activation", dst=sb(0, 128, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]),
+                       acc=sb(0, 128, 64, [[1, 2]]), acc_cmd="reduce")],
+     r"operand acc must be a per-partition \[P, 1\] vector: 128x2 for 128 partitions"),
+    ("acc command", [ins("act", "activation", dst=sb(0, 128, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]]),
+                         acc=sb(0, 128, 64, [[1, 1]]))],
+     "an acc operand needs acc_cmd reduce or reset_reduce: acc_cmd=idle"),
+    # tensor_scalar vectors and chain
+    ("scalar_vec shape", [ins("dve", "tensor_scalar", dst=sb(0, 64, 0, [[1, 8]]), src=sb(0, 64, 0, [[1, 8]]),
+                              scalar_vec=sb(0, 32, 64, [[1, 1]]), op="add", scalar=0.0)],
+     r"operand scalar_vec must be a per-partition \[P, 1\] vector: 32x1 for 64 partitions"),
+    ("scalar1_vec needs op1", [ins("pool", "tensor_scalar", dst=sb(0, 64, 0, [[1, 8]]), src=sb(0, 64, 0, [[1, 8]]),
+                                   scalar1_vec=sb(0, 64, 64, [[1, 1]]), op="add", scalar=0.0)],
+     "operand scalar1_vec needs a second operation: op1=none"),
+    # reductions
+    ("reduce all", [ins("dve", "tensor_reduce", dst=sb(0, 128, 0, [[1, 2]]), src=sb(0, 128, 64, [[1, 8]]),
+                        op="add")], r"reduce dst must be \[P, 1\] of the src partitions: dst 128x2"),
+    ("reduce axes", [ins("dve", "tensor_reduce", dst=sb(0, 128, 0, [[1, 2]]), src=sb(0, 128, 64, [[4, 2], [1, 4]]),
+                         op="max", axes="2")],
+     r"bad reduce axes: axes='2' must name distinct free axes of src, 0..1 \(src has 2 free dimensions\)"),
+    ("reduce axes words", [ins("dve", "tensor_reduce", dst=sb(0, 128, 0, [[1, 2]]),
+                               src=sb(0, 128, 64, [[4, 2], [1, 4]]), op="max", axes="rows")],
+     "bad reduce axes: axes='rows' is not 'all' or comma-separated integers"),
+    ("reduce kept", [ins("dve", "tensor_reduce", dst=sb(0, 128, 0, [[1, 4]]), src=sb(0, 128, 64, [[4, 2], [1, 4]]),
+                         op="min", axes="1")],
+     "reduce dst must hold the src partitions x the kept elements: dst 128x4, src 128x2 kept"),
+    ("partition_reduce free", [ins("pool", "partition_reduce", dst=sb(0, 1, 0, [[1, 4]]),
+                                   src=sb(0, 128, 64, [[1, 8]]), op="add")],
+     "partition_reduce dst must have the src free size: 4 vs 8"),
+    ("partition_reduce psum", [ins("pool", "partition_reduce", dst=sb(0, 1, 0, [[1, 8]]),
+                                   src=ps(0, 128, 64, [[1, 8]]), op="add")],
+     "operand src: partition_reduce cannot access psum"),
+    # DVE data movement and statistics
+    ("select shape", [ins("dve", "select", dst=sb(0, 64, 0, [[1, 8]]), pred=sb(0, 64, 64, [[1, 4]]),
+                          a=sb(0, 64, 128, [[1, 8]]), b=sb(0, 64, 192, [[1, 8]]))],
+     "operands dst and pred differ in shape: 64x8 vs 64x4"),
+    ("select pool psum", [ins("pool", "select", dst=sb(0, 64, 0, [[1, 8]]), pred=sb(0, 64, 64, [[1, 8]]),
+                              a=ps(0, 64, 128, [[1, 8]]), b=sb(0, 64, 192, [[1, 8]]))],
+     "operand a: engine pool cannot access psum"),
+    ("select free size", [ins("dve", "select", dst=sb(0, 64, 0, [[1, 4097]], "i8"),
+                              pred=sb(0, 64, 8192, [[1, 4097]], "i8"), a=ps(0, 64, 0, [[1, 4097]], "i8"),
+                              b=sb(0, 64, 16384, [[1, 4097]], "i8"))],
+     "operand a: free size over the psum limit: 4097 elements > 4096"),
+    ("transpose32 blocks", [ins("dve", "transpose32", dst=sb(0, 64, 0, [[1, 40]]), src=sb(0, 64, 512, [[1, 40]]))],
+     "transpose32 needs one block \\(P, F <= 32\\) or P and F multiples of 32: src 64x40"),
+    ("transpose32 dst", [ins("dve", "transpose32", dst=sb(0, 32, 0, [[1, 16]]), src=sb(0, 32, 512, [[1, 16]]))],
+     "transpose32 dst has the wrong shape: dst 32x16, expected 16x32 for src 32x16"),
+    ("bn_stats free", [ins("dve", "bn_stats", dst=sb(0, 128, 0, [[1, 6]]), src=sb(0, 128, 64, [[1, 513]]))],
+     "bn_stats free size over the limit: 513 elements > 512"),
+    ("bn_stats dst", [ins("dve", "bn_stats", dst=sb(0, 128, 0, [[1, 4]]), src=sb(0, 128, 64, [[1, 64]]))],
+     r"bn_stats dst must be \[P, 6\] of the src partitions: dst 128x4, src 128 partitions"),
+    ("bn_aggr triples", [ins("dve", "bn_aggr", dst=sb(0, 128, 0, [[1, 2]]), src=sb(0, 128, 64, [[1, 7]]))],
+     r"bn_aggr src must hold \(count, mean, variance \* count\) triples: 7 elements per partition"),
+    ("bn_aggr dst", [ins("dve", "bn_aggr", dst=sb(0, 64, 0, [[1, 2]]), src=sb(0, 128, 64, [[1, 6]]))],
+     r"bn_aggr dst must be \[P, 2\] of the src partitions: dst 64x2, src 128 partitions"),
+    # POOL
+    ("affine_select shape", [ins("pool", "affine_select", dst=sb(0, 32, 0, [[1, 8]]), src=sb(0, 64, 64, [[1, 8]]),
+                                 fill=0.0)], "operands dst and src differ in shape: 32x8 vs 64x8"),
+    ("affine_select psum", [ins("pool", "affine_select", dst=ps(0, 32, 0, [[1, 8]]), src=sb(0, 32, 64, [[1, 8]]),
+                                fill=0.0)], "operand dst: affine_select cannot access psum"),
+    ("iota pool psum", [ins("pool", "iota", dst=ps(0, 32, 0, [[1, 8]]))],
+     "operand dst: engine pool cannot access psum"),
+    ("iota start partition", [ins("dve", "iota", dst=ps(16, 48, 0, [[1, 8]]))],
+     r"start partition rule: 32 partitions may start at \(0, 32, 64, 96\), not 16"),
 ]
 
 
@@ -275,3 +356,50 @@ def test_pruning_never_changes_the_verdict(insts):
     assert pruned.startswith(full.split(":")[0])
     if full.startswith("RaceError"):
         assert pruned == full
+
+
+# checked mode on the newer opcodes: each reads (or writes) bytes a DMA transfer writes --------
+
+VICTIM = sb(0, 64, 0, [[1, 32]])  # the bytes the DMA transfer overwrites
+ELSEWHERE = sb(0, 64, 512, [[1, 32]])  # initialized, never overwritten
+RACERS = {
+    "pe.transpose": ins("pe", "transpose", dst=ps(0, 32, 0, [[1, 64]]), src=VICTIM),
+    "act.activation acc": ins("act", "activation", dst=sb(0, 64, 4096, [[1, 32]]), src=VICTIM,
+                              acc=sb(0, 64, 8192, [[1, 1]]), acc_cmd="reset_reduce"),
+    "dve.tensor_scalar scalar_vec": ins("dve", "tensor_scalar", dst=sb(0, 64, 4096, [[1, 32]]), src=ELSEWHERE,
+                                        scalar_vec=sb(0, 64, 8, [[1, 1]]), op="add", scalar=0.0),
+    "dve.select": ins("dve", "select", dst=sb(0, 64, 4096, [[1, 32]]), pred=VICTIM, a=ELSEWHERE, b=ELSEWHERE),
+    "dve.transpose32": ins("dve", "transpose32", dst=sb(0, 64, 4096, [[1, 32]]), src=VICTIM),
+    "dve.bn_stats": ins("dve", "bn_stats", dst=sb(0, 64, 4096, [[1, 6]]), src=VICTIM),
+    "dve.bn_aggr": ins("dve", "bn_aggr", dst=sb(0, 64, 4096, [[1, 2]]), src=sb(0, 64, 0, [[1, 6]])),
+    "dve.tensor_reduce axes": ins("dve", "tensor_reduce", dst=sb(0, 64, 4096, [[1, 4]]),
+                                  src=sb(0, 64, 0, [[8, 4], [1, 8]]), op="max", axes="1"),
+    "dve.iota (write-write)": ins("dve", "iota", dst=sb(0, 64, 16, [[1, 4]])),
+    "pool.affine_select": ins("pool", "affine_select", dst=sb(0, 64, 4096, [[1, 32]]), src=VICTIM, fill=0.0),
+    "pool.partition_reduce": ins("pool", "partition_reduce", dst=sb(0, 1, 4096, [[1, 32]]), src=VICTIM, op="add"),
+}
+
+
+@pytest.mark.parametrize("name", RACERS)
+def test_race_detector_covers_the_newer_opcodes(name):
+    def build(with_wait: bool):
+        racer = copy.deepcopy(RACERS[name])
+        racer.waits = [(0, 1), (1, 1)] if with_wait else [(0, 1)]
+        return [ins("pool", "memset", dst=sb(0, 64, 0, [[1, 1024]]), signals=[0]),
+                ins("sp", "dma", dst=VICTIM, src=hb("x", 0, [[64, 64], [1, 32]]), waits=[(0, 1)], signals=[1]),
+                racer]
+
+    with pytest.raises(RaceError) as info:
+        run(build(with_wait=False), check=True)
+    text = str(info.value)
+    assert "race on sbuf partitions [0, 64)" in text
+    assert "#1 sp.dma (transfer on dma queue 0) writes" in text
+    assert f"#2 {name.split()[0]}" in text and "with no semaphore chain ordering them" in text
+    run(build(with_wait=True), check=True)
+
+
+def test_moving_k_limit_comes_from_the_target():
+    insts = [ins("pe", "load_stationary", src=sb(0, 64, 0, [[1, 64]], "bf16")),
+             ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]], "bf16"))]
+    with pytest.raises(RuleViolation, match="#1 pe.multiply_moving: moving K over the limit: K=128 > 64 for bf16"):
+        run(insts, target=small_k_target())

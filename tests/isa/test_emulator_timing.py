@@ -156,3 +156,86 @@ def test_trn2_vector_engine_runs_bf16_at_its_faster_rate():
                      op="add", scalar=1.0)]
         elapsed, _ = time_ns(insts, target=trn2)
         assert elapsed == approx((n * per_element + 60) / ghz)
+
+
+@pytest.mark.parametrize("dependent", [False, True])
+def test_back_to_back_dependent_dve_ops_pay_the_larger_overhead(dependent):
+    """A chain where each tensor_scalar reads what the one before it wrote: N + 100 cycles each, else N + 60."""
+    n, count = 2048, 4
+    tiles = [sb(0, 128, 8192 * i, [[1, n]]) for i in range(count + 1)]
+    insts = [ins("dve", "tensor_scalar", dst=tiles[i + 1], src=tiles[i] if dependent else tiles[0], op="add",
+                 scalar=1.0) for i in range(count)]
+    elapsed, _ = time_ns(insts)
+    first = n + 60  # nothing before it on DVE
+    rest = (count - 1) * (n + (100 if dependent else 60))
+    assert elapsed == approx((first + rest) / DVE_GHZ)
+
+
+def test_dve_op_on_few_elements_pays_the_larger_overhead_and_act_does_not():
+    n = 8  # "N << 128"
+    insts = [ins("dve", "tensor_scalar", dst=sb(0, 128, 64, [[1, n]]), src=sb(0, 128, 0, [[1, n]]), op="add",
+                 scalar=1.0),
+             ins("act", "activation", dst=sb(0, 128, 192, [[1, n]]), src=sb(0, 128, 128, [[1, n]]))]
+    _, profile = time_ns(insts)
+    dve, act = (profile.spans[i].dur_ns for i in range(2))
+    assert dve == approx((n + 100) / DVE_GHZ) and act == approx((n + 60) / ACT_GHZ)
+
+
+@pytest.mark.parametrize("engine,opcode,operands,inputs", [
+    ("dve", "select", {"pred": "t", "a": "t", "b": "t"}, 3),
+    ("pool", "affine_select", {"src": "t", "fill": 0.0}, 1),
+    ("pool", "partition_reduce", {"src": "t", "op": "add"}, 1),
+    ("dve", "bn_stats", {"src": "t"}, 1),
+    ("dve", "transpose32", {"src": "t"}, 1),
+])
+def test_newer_stream_instructions_cost_n_per_input_plus_overhead(engine, opcode, operands, inputs):
+    n = 512
+    tile = sb(0, 128, 0, [[1, n]])
+    dst = {"partition_reduce": sb(0, 1, 16384, [[1, n]]), "bn_stats": sb(0, 128, 16384, [[1, 6]])}.get(
+        opcode, sb(0, 128, 16384, [[1, n]]))
+    fields = {k: (tile if v == "t" else v) for k, v in operands.items()}
+    elapsed, _ = time_ns([ins(engine, opcode, dst=dst, **fields)])
+    assert elapsed == approx((inputs * n + 60) / TRN1.clock_ghz(engine))
+
+
+def test_activation_reading_its_accumulator_costs_act_read_accumulator_cycles():
+    n = 1024
+    src, dst, acc = sb(0, 128, 0, [[1, n]]), sb(0, 128, 8192, [[1, n]]), sb(0, 128, 16384, [[1, 1]])
+    insts = [ins("act", "activation", dst=dst, src=src, func="exp", acc_cmd="reset_reduce"),
+             ins("act", "activation", dst=dst, src=src, func="exp", acc_cmd="reduce", acc=acc)]
+    _, profile = time_ns(insts)
+    reduce_only, read_out = (profile.spans[i].dur_ns for i in range(2))
+    extra = TRN1.data["act"]["read_accumulator_cycles"]
+    assert reduce_only == approx((n + 60) / ACT_GHZ)
+    assert read_out == approx((n + 60 + extra) / ACT_GHZ)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f32"])
+@pytest.mark.parametrize("parts,free", [(128, 128), (128, 32), (16, 128)])
+def test_pe_transpose_costs_one_matmul_on_trn1_and_the_native_figure_on_trn2(parts, free, dt):
+    count = 6
+    insts = [ins("pe", "transpose", dst=ps(0, free, 0, [[1, parts]]), src=sb(0, parts, 0, [[1, free]], dt))
+             for _ in range(count)]
+    trn1, _ = time_ns(insts)
+    factor = 4 if dt == "f32" else 1
+    assert trn1 == approx(count * max(parts, 64) * factor / PE_GHZ)  # a MultiplyMoving of an identity [P, P]
+    trn2_target = load_target("trn2")
+    native = trn2_target.data["pe"]["transpose"]
+    trn2, _ = time_ns(insts, target=trn2_target)
+    cycles = max(parts, native["min_interval"]) * (native["fp32_factor"] if dt == "f32" else 1)
+    assert trn2 == approx(count * cycles / trn2_target.clock_ghz("pe"))
+
+
+@pytest.mark.parametrize("dt", ["fp8e4", "fp8e5", "bf16"])
+def test_trn2_runs_fp8_matmuls_at_twice_the_bf16_rate(dt):
+    trn2 = load_target("trn2")
+    count, n = 10, 512
+    insts = [ins("pe", "load_stationary", src=sb(0, 128, 0, [[1, 128]], dt))]
+    insts += [ins("pe", "multiply_moving", dst=ps(0, 128, 0, [[1, n]]), src=sb(0, 128, 1024, [[1, n]], dt))
+              for _ in range(count)]
+    rate = 2 if dt.startswith("fp8") else 1
+    elapsed, profile = time_ns(insts, target=trn2)
+    assert elapsed == approx((0.25 * 128 + count * n) / rate / trn2.clock_ghz("pe"))
+    assert profile.mfu == approx(rate * count * n / (0.25 * 128 + count * n))
+    trn1_elapsed, _ = time_ns(insts)
+    assert trn1_elapsed == approx((0.25 * 128 + count * n) / PE_GHZ)  # no fp8 speed-up on trn1
