@@ -242,3 +242,10 @@ def test_bad_inputs_and_unknown_custom_call():
     assert out.dtype == np.float32
     with pytest.raises(EvaluationError, match=r'%g \(custom-call\): no implementation of custom_call_target="swish"'):
         run('ROOT %g = f32[3,4] custom-call(%x), custom_call_target="swish"', "x: f32[3,4]", X)
+
+
+def test_every_opcode_with_a_shape_rule_has_an_interpreter_rule():
+    from compiler.hlo.interpreter import OPS
+    from compiler.hlo.shape_inference import RULES
+
+    assert set(RULES) - {"parameter"} == set(OPS)
