@@ -4,7 +4,9 @@ Two instructions are the same expression when they have the same opcode, shape (
 (after earlier eliminations), attributes and called computations (by identity); metadata is ignored, and the
 first one in program order is kept. Operands of commutative ops (add, multiply, maximum, minimum, and, or,
 xor) are compared as a set, so ``add(a, b)`` and ``add(b, a)`` merge. Constants merge when their element type,
-dims and data are bit-identical (two weights with equal data but different ``data`` keys merge too).
+dims and data are bit-identical (two weights with equal data but different ``data`` keys merge too); only
+constants that share their type and dims with another one have their data compared, so large weights are not
+read on every run.
 
 Never merged: parameters (distinct inputs even when alike), constants whose data is not loaded, and
 custom-calls whose target is not a known pure function (they may have effects the compiler cannot see).
@@ -14,6 +16,7 @@ One walk per computation in program order (defs before uses), so chains collapse
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Hashable
 from typing import Any
 
@@ -47,15 +50,16 @@ class CommonSubexpressionElimination(HloPass):
         return changed
 
     @staticmethod
-    def _key(inst: Instruction) -> Hashable | None:
-        """What makes ``inst`` the same expression as another; None for instructions never merged."""
+    def _key(inst: Instruction, comparable: set[tuple]) -> Hashable | None:
+        """What makes ``inst`` the same expression as another; None for instructions never merged.
+        ``comparable``: (dtype, dims) of the constants that have a twin candidate (only their bytes are read)."""
         if inst.opcode == "parameter":
             return None
         if inst.opcode == "custom-call" and custom_call_target(inst) not in ELEMENTWISE_CUSTOM_CALLS:
             return None
         literal = None
         if inst.opcode == "constant":
-            if inst.literal is None:
+            if inst.literal is None or (inst.shape.dtype, inst.shape.dims) not in comparable:
                 return None
             literal = _literal_key(inst.literal)
         operands: Hashable = tuple(o.uid for o in inst.operands)
@@ -65,13 +69,15 @@ class CommonSubexpressionElimination(HloPass):
         return inst.opcode, inst.shape, operands, attrs, literal
 
     def _run_on(self, comp: Computation) -> bool:
+        kinds = Counter((i.shape.dtype, i.shape.dims) for i in comp.instructions if i.opcode == "constant")
+        comparable = {kind for kind, count in kinds.items() if count > 1}
         seen: dict[Hashable, Instruction] = {}
         replaced: dict[int, Instruction] = {}
         kept: list[Instruction] = []
         for inst in comp.instructions:
             if any(o.uid in replaced for o in inst.operands):
                 inst.operands = [replaced.get(o.uid, o) for o in inst.operands]
-            key = self._key(inst)
+            key = self._key(inst, comparable)
             if key is None:
                 kept.append(inst)
                 continue
