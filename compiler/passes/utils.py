@@ -7,15 +7,11 @@ from typing import Any
 import numpy as np
 
 from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape
+from compiler.hlo.shape_inference import BINARY_OPS, UNARY_OPS
 
-UNARY_ELEMENTWISE = frozenset({
-    "abs", "ceil", "convert", "cosine", "erf", "exponential", "exponential-minus-one", "floor", "log",
-    "log-plus-one", "logistic", "negate", "not", "round-nearest-even", "rsqrt", "sign", "sine", "sqrt", "tanh",
-})
-BINARY_ELEMENTWISE = frozenset({
-    "add", "and", "atan2", "compare", "divide", "maximum", "minimum", "multiply", "or", "power", "remainder",
-    "subtract", "xor",
-})
+# From the shape-inference tables, so that a new elementwise opcode is known to every pass at once.
+UNARY_ELEMENTWISE = (frozenset(UNARY_OPS) - {"copy"}) | {"convert", "is-finite"}
+BINARY_ELEMENTWISE = frozenset(BINARY_OPS) | {"compare"}
 COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
 ELEMENTWISE_CUSTOM_CALLS = frozenset({"gelu", "gelu_tanh"})
 
