@@ -258,3 +258,20 @@ def test_bitcast_follows_layouts():
         ROOT %t = (f32[3,2]{1,0}, f32[3,2]{0,1}) tuple(%same, %flipped)""", "x: f32[2,3]", x)
     np.testing.assert_array_equal(same, x.reshape(3, 2))
     np.testing.assert_array_equal(flipped, x.T)  # row-major bytes read column-major: the transpose
+
+
+@pytest.mark.parametrize("lhs, rhs, out", [("b01f", "01io", "b01f"), ("f0b1", "i1o0", "1fb0"),
+                                           ("1b0f", "o10i", "0b1f")])
+def test_conv_any_dim_labels(lhs, rhs, out):
+    x, w = rand(2, 3, 7, 6), rand(5, 3, 3, 2)  # canonical bf01 / oi01
+    canonical = {"b": 0, "f": 1, "0": 2, "1": 3}
+    kernel = {"o": 0, "i": 1, "0": 2, "1": 3}
+    xl = x.transpose([canonical[c] for c in lhs])
+    wl = w.transpose([kernel[c] for c in rhs])
+    want = F.conv2d(t(np.pad(x, ((0, 0), (0, 0), (1, 0), (0, 0)))), t(w), stride=(2, 1)).numpy()  # b f 0 1
+    want = want.transpose([canonical[c] for c in out])
+    shape = ",".join(map(str, want.shape))
+    (got,) = run(f"ROOT %c = f32[{shape}] convolution(%x, %w), window={{size=3x2 stride=2x1 pad=1_0x0_0}}, "
+                 f"dim_labels={lhs}_{rhs}->{out}", f"x: f32[{','.join(map(str, xl.shape))}], "
+                 f"w: f32[{','.join(map(str, wl.shape))}]", xl, wl)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
