@@ -1,7 +1,9 @@
-"""The reference interpreter: evaluates an HLO module with numpy, one function per opcode (``OPS``).
+"""The reference interpreter: evaluates an HLO module with numpy, one function per opcode (``OPS``; the
+windowed ops are in interpreter_window.py, the indexing ops in interpreter_indexing.py).
 
 Low-precision floats (bf16, f16, fp8) are computed in fp32 and rounded (nearest even) to the instruction's
-type, as the hardware does; ``dot`` and ``reduce`` accumulate in fp32. Transcendentals of the custom calls
+type, as the hardware does, fp8 saturating at its largest finite value (``to_dtype``); ``dot``,
+``convolution``, ``reduce``, ``reduce-window`` and scatter-add accumulate in fp32. Transcendentals of the custom calls
 (gelu) are computed in float64. Values are numpy arrays, or Python tuples for tuple-shaped instructions.
 """
 
@@ -146,8 +148,8 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
         return x != 0
     if target.kind in "iu" and x.dtype in FLOATS:  # truncate, saturate, NaN -> 0 (XLA's semantics)
         info = np.iinfo(target)
-        wide = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
-        return np.clip(wide, info.min, info.max).astype(target)
+        truncated = np.trunc(np.nan_to_num(x.astype(np.float64), nan=0.0))
+        return np.clip(truncated, info.min, info.max).astype(target)
     return to_dtype(x, target)
 
 
