@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -214,27 +215,36 @@ def _memset(ctx: Ctx) -> Runner:
     return lambda: store(dst, value)
 
 
-def _partition_free_index(shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """int64 partition index [P, 1] and flat free index [1, F] of a view's shape."""
-    free = int(np.prod(shape[1:], dtype=np.int64))
-    return np.arange(shape[0], dtype=np.int64)[:, None], np.arange(free, dtype=np.int64)[None, :]
+@lru_cache(maxsize=256)
+def _affine(shape: tuple[int, ...], offset: int, channel: int, free: int) -> np.ndarray:
+    """offset + channel * p + free * i as int64 [P, F] (p: partition, i: flat free index), read-only;
+    cached since compiled programs repeat the same masks and ramps tile after tile."""
+    parts, size = shape[0], int(np.prod(shape[1:], dtype=np.int64))
+    values = offset + channel * np.arange(parts, dtype=np.int64)[:, None] + free * np.arange(size, dtype=np.int64)
+    values.flags.writeable = False
+    return values
+
+
+@lru_cache(maxsize=256)
+def _affine_mask(shape: tuple[int, ...], offset: int, channel: int, free: int, cmp: str) -> np.ndarray:
+    keep = COMPARE[cmp](_affine(shape, offset, channel, free), 0)
+    keep.flags.writeable = False
+    return keep
 
 
 def _iota(ctx: Ctx) -> Runner:
     dst, store = ctx.views["dst"], ctx.store()
-    p, i = _partition_free_index(dst.shape)
-    values = ctx.attr("base") + ctx.attr("channel_multiplier") * p + i
+    values = _affine(dst.shape, ctx.attr("base"), ctx.attr("channel_multiplier"), 1)
     return lambda: store(dst, values)
 
 
 def _affine_select(ctx: Ctx) -> Runner:
     dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
-    p, i = _partition_free_index(dst.shape)
-    affine = ctx.attr("offset") + ctx.attr("channel_multiplier") * p + ctx.attr("free_multiplier") * i
-    keep = COMPARE[ctx.attr("cmp")](affine, 0)
-    fill = np.empty(dst.shape, dtype=dst.dtype)
-    store(fill, np.full(dst.shape, ctx.attr("fill"), dtype=F32))  # the fill rounded into dst's dtype
-    fill = _flat(fill)
+    keep = _affine_mask(dst.shape, ctx.attr("offset"), ctx.attr("channel_multiplier"), ctx.attr("free_multiplier"),
+                        ctx.attr("cmp"))
+    fill = np.empty(1, dtype=dst.dtype)
+    store(fill, np.array([ctx.attr("fill")], dtype=F32))  # the fill rounded into dst's dtype
+    fill = fill[0]
     if ctx.same_dtype("dst", "src"):
         return lambda: dst.__setitem__(Ellipsis, np.where(keep, _flat(src), fill).reshape(dst.shape))
     fill_f32 = fill.astype(F32)

@@ -29,6 +29,7 @@ class Memory:
             name: np.zeros(decl.nbytes, dtype=np.uint8) for name, decl in program.tensors.items()
         }
         self.program = program
+        self.views: dict[AccessPattern, np.ndarray] = {}  # one view per distinct pattern
 
     def on_chip(self, memory: str) -> np.ndarray:
         return self.sbuf if memory == "sbuf" else self.psum
@@ -38,6 +39,12 @@ class Memory:
 
         The caller has checked the bounds (see ``isa.emulator.rules``).
         """
+        view = self.views.get(ap)
+        if view is None:
+            view = self.views[ap] = self._make_view(ap)
+        return view
+
+    def _make_view(self, ap: AccessPattern) -> np.ndarray:
         dt = lookup_dtype(ap.dtype).numpy
         size = dt.itemsize
         free_strides = tuple(stride * size for stride, _ in ap.pattern)

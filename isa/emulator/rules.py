@@ -91,6 +91,8 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
+        # (engine, opcode, operand, pattern) already found valid: compiled programs repeat them a lot
+        self.valid_operands: set[tuple[str, str, str, AccessPattern]] = set()
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
         who = describe(index, inst)
@@ -103,7 +105,10 @@ class RuleChecker:
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
         for name, ap in inst.operands.items():
-            self._operand(who, inst, spec, name, ap)
+            key = (inst.engine, inst.opcode, name, ap)
+            if key not in self.valid_operands:
+                self._operand(who, inst, spec, name, ap)
+                self.valid_operands.add(key)
         OPCODE_RULES.get(inst.opcode, _no_rule)(self, who, inst)
         return spec
 
