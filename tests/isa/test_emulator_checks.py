@@ -83,6 +83,15 @@ RULES = [
     ("matmul dtype", [ins("pe", "load_stationary", src=STAT),
                       ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]], "bf16"),
                           src=sb(0, 128, 0, [[1, 8]], "bf16"))], "matmul dst must be f32"),
+    ("free dims", [ins("dve", "memset", dst=sb(0, 128, 0, [[1, 1]] * 5))], "too many free dimensions: 5 > 4"),
+    ("counts", [ins("dve", "memset", dst=sb(0, 128, 0, [[1, 0]]))],
+     r"operand dst: counts must be >= 1: partitions 128, pattern \[\(1, 0\)\]"),
+    ("partition range", [ins("sp", "dma", dst=sb(100, 140, 0, [[1, 8]]), src=hb("x", 0, [[64, 40], [1, 8]]))],
+     r"operand dst: partitions out of range: \[100, 140\) of 128"),
+    ("moving N vs dst", [ins("pe", "load_stationary", src=STAT),
+                         ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 16]]),
+                             src=sb(0, 128, 0, [[1, 8]], "bf16"))],
+     "dst free size must equal moving N: 16 vs N=8"),
     ("PE floats only", [ins("pe", "load_stationary", src=sb(0, 128, 0, [[1, 64]], "i32"))],
      "operand src: PE operands must be floating point: i32; allowed: f32, bf16, f16, fp8e4, fp8e5"),
     ("PE moving floats only", [ins("pe", "load_stationary", src=STAT),
@@ -403,3 +412,15 @@ def test_moving_k_limit_comes_from_the_target():
              ins("pe", "multiply_moving", dst=ps(0, 64, 0, [[1, 8]]), src=sb(0, 128, 0, [[1, 8]], "bf16"))]
     with pytest.raises(RuleViolation, match="#1 pe.multiply_moving: moving K over the limit: K=128 > 64 for bf16"):
         run(insts, target=small_k_target())
+
+
+def test_violations_in_assembled_text_name_the_line_of_the_s_file():
+    from isa.asm import parse_program
+
+    text = (".target trn1\n"
+            "dve.memset dst=sbuf[0:64]@0[1,32]:f32 value=0.0\n"
+            "; a comment line\n"
+            "dve.transpose32 dst=sbuf[0:64]@512[1,40]:f32 src=sbuf[0:64]@0[1,40]:f32\n")
+    with pytest.raises(RuleViolation, match=r"^instruction #1 dve.transpose32 \(line 4\): transpose32 needs one "
+                                            r"block \(P, F <= 32\) or P and F multiples of 32: src 64x40$"):
+        run_program(parse_program(text), {})
