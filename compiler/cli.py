@@ -116,7 +116,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from compiler import driver
 
     exe = driver.load(args.neff)
-    outputs = exe.run(*_inputs(exe, args), check=args.check)
+    outputs = exe.run(*_inputs(exe, args), check=args.check, progress=True)
     for name, value in zip(exe.program.outputs, outputs, strict=True):
         finite = value.astype(np.float64)
         print(f"{name}: {value.dtype}{list(value.shape)}  mean={finite.mean():.6g} "

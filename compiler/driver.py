@@ -83,11 +83,11 @@ class Executable:
             bound[name] = array
         return bound
 
-    def run(self, *inputs: Any, check: bool = False) -> list[np.ndarray]:
+    def run(self, *inputs: Any, check: bool = False, progress: bool = False) -> list[np.ndarray]:
         """Run on the emulator; returns the outputs in order as numpy arrays."""
         from isa.emulator import run_program
 
-        result = run_program(self.program, self._bind(inputs), check=check)
+        result = run_program(self.program, self._bind(inputs), check=check, progress=progress)
         return [result.outputs[name] for name in self.program.outputs]
 
     def profile(self, *inputs: Any, check: bool = False, progress: bool = False):
