@@ -52,5 +52,27 @@ def load_target(name_or_path: str) -> Target:
         except OSError as e:
             raise ValueError(f"unknown target {name_or_path!r}: not one of {TARGET_NAMES} "
                              f"and not a readable JSON file ({e.strerror})") from None
-    data = json.loads(text)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"target file {name_or_path}: not valid JSON ({e})") from None
+    if name_or_path not in TARGET_NAMES:
+        reference = json.loads(resources.files("isa.targets").joinpath("trn1.json").read_text())
+        missing = _missing_keys(reference, data)
+        if missing:
+            raise ValueError(f"target file {name_or_path} lacks {', '.join(missing)} "
+                             f"(every figure of isa/targets/trn1.json must be given)")
     return Target(data["name"], data)
+
+
+def _missing_keys(reference: dict[str, Any], data: Any, prefix: str = "") -> list[str]:
+    """Dotted paths of the keys of `reference` (recursively) that `data` does not have."""
+    if not isinstance(data, dict):
+        return [prefix.rstrip(".") or "(the top level must be a JSON object)"]
+    missing = []
+    for key, value in reference.items():
+        if key not in data:
+            missing.append(prefix + key)
+        elif isinstance(value, dict):
+            missing.extend(_missing_keys(value, data[key], f"{prefix}{key}."))
+    return missing
