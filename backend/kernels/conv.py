@@ -1,0 +1,276 @@
+"""Convolution kernels: PE matmuls accumulated over kernel taps in PSUM, with no im2col anywhere.
+
+Feature maps are channel-major: input channels on partitions, the pixels of a band of input rows along
+the free dim (conv_geometry.py). For one output block (<= 512 pixels, one PSUM bank) and one output-
+channel tile, every (input-channel tile, tap) pair is one matmul: the stationary is the weight slice
+[C_in tile, C_out tile] of that tap (arranged at compile time, conv_weights.py), the moving operand is
+the input tile read with a strided access pattern (stride and dilation are pattern strides, the tap an
+offset), and all pairs accumulate into the block's PSUM tile [C_out, pixels]. Rows of padding are zero
+rows of the input tile; columns of padding are never stored, each tap's columns are clipped instead
+(so a tap may write a sub-rectangle of the block; the first write of every block covers it whole, or
+the bank is zeroed first). The epilogue (bias per output channel = per partition, activation, residual)
+is the same expression evaluation as a dot's, on the way out of PSUM.
+
+Groups are packed block-diagonally into 128-channel tiles and small channel counts fold kernel rows
+into the contraction (conv_weights.py), so depthwise and stem convolutions run on PE as well.
+Loop nest: super-group x band (input tiles loaded once, double-buffered) x output-channel tile x groups
+of blocks sharing every load_stationary x (input-channel tile, row chunk, kernel column).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.emit import ProgramBuilder
+from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
+from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, plan_bands, simplified, simplify
+from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_groups
+from backend.kernels.dot import compute_dtype
+from backend.kernels.expr import Node
+from backend.layout import View, itemsize
+from compiler.errors import CompilationError
+from compiler.hlo.ir import Instruction as HloInstruction
+from compiler.hlo.ir import WindowDim
+from compiler.hlo.shape_util import ShapeInferenceError
+from compiler.hlo.shape_window import conv_dims, window_of
+
+X_BUDGET = 96 * 1024  # bytes per partition for the input band tiles (all buffers)
+W_BUDGET = 64 * 1024  # bytes per partition under which all weights stay resident
+
+
+@dataclass
+class ConvPlan:
+    """A convolution normalized to x (B, C, H, W), w (O, I, KH, KW) -> out (B, O, Ho * Wo).
+
+    1-D convolutions have W = 1 (their spatial axis on rows); `epilogue` is an expression over the
+    accumulator ("acc" node) and leaves with out's dims.
+    """
+
+    name: str
+    where: str
+    x: View
+    w: View
+    out: View
+    epilogue: Node
+    rows: Axis
+    cols: Axis
+    groups: int
+    flip: tuple[bool, bool]
+    compute: str
+
+    @property
+    def macs(self) -> int:
+        o, i, kh, kw = self.w.dims
+        return self.x.dims[0] * o * self.rows.out * self.cols.out * i * kh * kw
+
+
+def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node) -> ConvPlan:
+    """Normalize an HLO convolution (any dim_labels) and the views of its epilogue."""
+    where = inst.where()
+    try:
+        d = conv_dims(inst.attrs)
+        window = window_of(inst.attrs, len(d.lhs_spatial), "the convolution's spatial dimensions")
+    except ShapeInferenceError as e:
+        raise CompilationError(f"{where}: {e}") from None
+    n = len(d.lhs_spatial)
+    if n > 2:
+        raise CompilationError(f"{where}: a {n}-D convolution is not supported by the backend (1-D and 2-D are)")
+    if int(inst.attrs.get("batch_group_count", 1)) != 1:
+        raise CompilationError(f"{where}: batch_group_count > 1 (a weight-gradient convolution) is not "
+                               "supported by the backend")
+    if any(w.lhs_dilate != 1 for w in window.dims):
+        raise CompilationError(f"{where}: base dilation (lhs_dilate, a transposed convolution) is not "
+                               "supported by the backend")
+    leaves = view_leaves(epilogue)
+    x = lhs.transpose((d.lhs_batch, d.lhs_feature, *d.lhs_spatial))
+    w = rhs.transpose((d.rhs_output, d.rhs_input, *d.rhs_spatial))
+    perm = (d.out_batch, d.out_feature, *d.out_spatial)
+    outs = [v.transpose(perm) for v in [out] + [node.view for node in leaves]]
+    wdims = list(window.dims)
+    while len(wdims) < 2:  # 1-D: spatial axis on rows, W = 1 (0-D: a 1x1 image)
+        x, w = x.insert_axis(x.rank), w.insert_axis(w.rank)
+        outs = [v.insert_axis(v.rank) for v in outs]
+        wdims.append(WindowDim(1))
+    merged = [v.merge_axes(2) for v in outs]
+    if any(m is None for m in merged):
+        raise CompilationError(f"{where}: the convolution's output (or an operand of its epilogue) does not "
+                               "store its spatial dimensions row-major")
+    axes = [Axis(x.dims[2 + i], outs[0].dims[2 + i], wd.size, wd.stride, wd.rhs_dilate, wd.pad_low)
+            for i, wd in enumerate(wdims)]
+    epilogue = with_views(epilogue, leaves, merged[1:])
+    groups = int(inst.attrs.get("feature_group_count", 1))
+    return ConvPlan(name, where, x, w, merged[0], epilogue, axes[0], axes[1], groups,
+                    (wdims[0].reversal, wdims[1].reversal), compute_dtype(lhs, rhs, where))
+
+
+def _pieces(band: Band, rows: Axis) -> list[tuple[int, int]]:
+    """Tile rows of `band` split where its blocks' needs begin: [start, end) in block order."""
+    pieces, done = [], 0
+    for blk in band.blocks:
+        _, hi = rows.span(blk.r0, blk.nr)
+        end = band.nv if blk is band.blocks[-1] else min(band.nv, band.row(hi))
+        if end > done:
+            pieces.append((done, end))
+            done = end
+    return pieces
+
+
+def conv_kernel(builder: ProgramBuilder, plan: ConvPlan) -> None:
+    _ConvKernel(builder, plan).run()
+
+
+class _ConvKernel:
+    def __init__(self, builder: ProgramBuilder, plan: ConvPlan):
+        self.b, self.plan = builder, plan
+        self.parts = builder.target.partitions
+        x = plan.x
+        if x.is_const:  # arranged densely in the compute dtype at compile time
+            x = builder.new_const(x.const_array(), plan.compute)
+        self.x = x
+        self.B, self.C, self.H, self.W = x.dims
+        self.KH = plan.w.dims[2]
+        self.sgs: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, self.KH, self.parts)
+        self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
+        self.casting = x.stored_dtype != plan.compute
+        self.limit = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"])
+        self.group = max(1, builder.options.psum_acc_banks // 2)
+        self.epilogue = Epilogue(builder, plan.epilogue, plan.out, 1, 2, plan.name, min(self.parts, plan.out.dims[1]),
+                                 self.limit, builder.options.output_buffers + self.group, DMA_PIECE)
+        self.pools: dict[str, Pool] = {}
+
+    # -- planning ---------------------------------------------------------------------------------------------
+    def _specs(self) -> tuple[list[PoolSpec], list[Band]]:
+        plan, opts, alloc = self.plan, self.b.options, self.b.alloc
+        specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks)] + self.epilogue.specs()
+        nt = max(len(sg.ci) for sg in self.sgs)
+        specs += self.weights.specs(min(W_BUDGET, alloc.sbuf_capacity() // 3), 2 * nt)
+        room = min(X_BUDGET, alloc.sbuf_capacity() - alloc.sbuf_need(specs))
+        csz, ssz = itemsize(plan.compute), itemsize(self.x.stored_dtype)
+
+        def tile_bytes(nb: int, nv: int) -> int:
+            per = nb * nv * self.W + 64
+            return 2 * nt * per * csz + (2 * per * ssz if self.casting else 0)
+
+        bands = plan_bands(self.B, plan.rows, plan.cols, self.limit, lambda nb, nv: tile_bytes(nb, nv) <= room)
+        worst = max(bands, key=lambda bd: bd.nb * bd.nv)
+        if tile_bytes(worst.nb, worst.nv) > room:
+            raise CompilationError(f"{plan.where}: the {worst.nv} input rows of {self.W} pixels one output block "
+                                   f"needs do not fit in SBUF ({tile_bytes(worst.nb, worst.nv)} bytes per "
+                                   f"partition, {room} available)")
+        size = worst.nb * worst.nv * self.W
+        specs.append(PoolSpec("x", "sbuf", size * csz, 2 * nt))
+        if self.casting:
+            specs.append(PoolSpec("x_stage", "sbuf", size * ssz, 2))
+        return specs, bands
+
+    def run(self) -> None:
+        specs, bands = self._specs()
+        plan = self.plan
+        self.pools = self.b.alloc.begin_kernel(plan.name, specs, plan.where)
+        self.epilogue.bind(self.pools)
+        self.weights.bind(self.pools)
+        self.b.useful_macs += plan.macs
+        units = self.weights.units
+        self.weights.prefetch()
+        for s, sg in enumerate(self.sgs):
+            for band in bands:
+                tiles = [self._load_band(sg, c0, cn, band) for c0, cn in sg.ci]
+                for o0, _ in sg.co:
+                    tile_units = [u for u in units if u.sg == s and u.o0 == o0]
+                    self.weights.fetch(tile_units)
+                    blocks = list(band.blocks)
+                    for g in range(0, len(blocks), self.group):
+                        grp = blocks[g:g + self.group]
+                        accs = self._accumulate(tile_units, tiles, band, grp)
+                        self._epilogues(tile_units[0], grp, accs)
+        self.b.alloc.end_kernel()
+
+    # -- input ------------------------------------------------------------------------------------------------
+    def _load_band(self, sg: SuperGroup, c0: int, cn: int, band: Band) -> Tile:
+        """The input tile of channels [c0, c0 + cn) for `band`: `fold` copies, copy a on partitions
+        [a * cn, (a + 1) * cn) holding virtual row v0 + r + a * dilation at row r (zero outside)."""
+        b, plan, x = self.b, self.plan, self.x
+        W, nv, nb, f, dh = self.W, band.nv, band.nb, sg.fold, plan.rows.dilation
+        tile = self.pools["x"].next()
+        landing, ldt = (self.pools["x_stage"].next(), x.stored_dtype) if self.casting else (tile, plan.compute)
+        label = f"{plan.name} x c{c0} b{band.b0} v{band.v0}"
+        top = min(max(-band.v0, 0), nv)
+        bottom = min(max(self.H - band.v0 - (f - 1) * dh, top), nv)
+        for r0, r1 in ((0, top), (bottom, nv)):
+            if r1 > r0:
+                zero = landing.ap(ldt, f * cn, simplify([(nv * W, nb), (1, (r1 - r0) * W)]), r0 * W)
+                b.emit("dve", "memset", f"{label} zero rows", {"value": 0.0}, dst=zero)
+        for r0, r1 in _pieces(band, plan.rows):  # in block order, so the first matmuls start early
+            for a in range(f):
+                t0, t1 = max(r0, -band.v0 - a * dh), min(r1, self.H - band.v0 - a * dh)
+                if t1 <= t0:
+                    continue
+                src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, t1 - t0), (3, 0, W)])
+                dst = landing.ap(ldt, cn, simplify([(nv * W, nb), (W, t1 - t0), (1, W)]), t0 * W)
+                b.dma(replace(dst, start_partition=a * cn), simplified(src), f"{label} copy{a} rows {t0}:{t1}",
+                      split=DMA_PIECE, min_run=512)
+            if self.casting:
+                pattern = simplify([(nv * W, nb), (1, (r1 - r0) * W)])
+                b.copy(tile.ap(plan.compute, f * cn, pattern, r0 * W), landing.ap(ldt, f * cn, pattern, r0 * W),
+                       f"{label} cast rows {r0}:{r1}", engines=("act", "dve", "pool"))
+        return tile
+
+    # -- matmuls ----------------------------------------------------------------------------------------------
+    def _chunks(self, units: list[Unit], grp: list[Block]) -> list[tuple[int, int, int]]:
+        """(input tile, row chunk, kernel column) in matmul order; a column covering every block whole
+        goes first so that its matmuls start the accumulations."""
+        cols, KW = self.plan.cols, self.plan.w.dims[3]
+        order = [(t, j, kw) for t, u in enumerate(units) for j in range(self.weights.chunks(u)) for kw in range(KW)]
+        for kw in range(KW):
+            if all(cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc) for blk in grp):
+                order.remove((0, 0, kw))
+                return [(0, 0, kw)] + order
+        return order
+
+    def _accumulate(self, units: list[Unit], tiles: list[Tile], band: Band, grp: list[Block]) -> dict[Block, Tile]:
+        b, plan = self.b, self.plan
+        rows, cols = plan.rows, plan.cols
+        accs = {blk: self.pools["acc"].next() for blk in grp}
+        order = self._chunks(units, grp)
+        started: dict[Block, bool] = {}
+        for blk in grp:  # a block whose first matmul does not cover it whole starts from zero
+            whole = (blk.c0, blk.c0 + blk.nc)
+            first = next((c for c in (cols.valid(kw, blk.c0, blk.nc) for _, _, kw in order) if c[1] > c[0]), None)
+            started[blk] = first != whole
+            if started[blk]:
+                b.emit("dve", "memset", f"{plan.name} zero acc", {"value": 0.0},
+                       dst=accs[blk].flat("f32", units[0].on, blk.size))
+        W, nv = self.W, band.nv
+        for t, j, kw in order:
+            unit = units[t]
+            wtile, woff, k = self.weights.stationary(unit, j, kw)
+            loaded = False
+            for blk in grp:
+                lo, hi = cols.valid(kw, blk.c0, blk.nc)
+                if lo >= hi:
+                    continue
+                if not loaded:
+                    b.load_stationary(wtile.flat(plan.compute, k, unit.on, woff),
+                                      f"{plan.name} o{unit.o0} c{unit.c0} j{j} kw{kw}")
+                    loaded = True
+                v = blk.r0 * rows.stride + rows.offset(j * unit.fold)
+                base = ((blk.b0 - band.b0) * nv + band.row(v)) * W + lo * cols.stride + cols.offset(kw)
+                src = tiles[t].ap(plan.compute, k, simplify([(nv * W, blk.nb), (rows.stride * W, blk.nr),
+                                                             (cols.stride, hi - lo)]), base)
+                dst = accs[blk].ap("f32", unit.on, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr),
+                                                             (1, hi - lo)]), lo - blk.c0)
+                b.multiply_moving(dst, src, acc=started[blk],
+                                  comment=f"{plan.name} o{unit.o0} b{blk.b0} r{blk.r0} c{unit.c0} j{j} kw{kw}")
+                started[blk] = True
+        return accs
+
+    # -- epilogue ---------------------------------------------------------------------------------------------
+    def _epilogues(self, unit: Unit, grp: list[Block], accs: dict[Block, Tile]) -> None:
+        o0, on = unit.o0, unit.on
+        for blk in grp:
+            f0, fw = blk.r0 * self.plan.cols.out + blk.c0, blk.nr * blk.nc
+            for i in range(blk.nb):
+                image = blk.b0 + i
+                self.epilogue.run({0: image}, o0, on, f0, fw, accs[blk].flat("f32", on, fw, i * fw),
+                                  f"{self.plan.name} o{o0} b{image} p{f0}")

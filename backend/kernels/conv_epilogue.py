@@ -1,0 +1,73 @@
+"""The elementwise epilogue of the convolution, pooling and gather kernels, in one place.
+
+Each of those kernels produces an fp32 accumulator tile (PSUM for PE kernels, SBUF for pooling) of
+[pw partitions x fw free elements] along two logical axes of its output (p_axis, f_axis; other axes
+pinned), and evaluates the epilogue expression (a fused bias, activation, residual, scale, or just the
+conversion to the output type) over it on the way to the store, exactly as a dot kernel does.
+"""
+
+from __future__ import annotations
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.emit import ProgramBuilder
+from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
+from backend.kernels.leaves import LeafLoader
+from backend.layout import View, itemsize
+from isa.program import AccessPattern
+
+LEAF_BUDGET = 16 * 1024  # bytes per partition for cached broadcast rows of the epilogue's operands
+
+
+def view_leaves(root: Node) -> list[Node]:
+    """The nodes of `root` that read an HBM view (their views have the kernel output's logical dims)."""
+    return [n for n in walk(root) if n.op == "leaf" and n.view is not None]
+
+
+def with_views(root: Node, leaves: list[Node], views: list[View]) -> Node:
+    """`root` with the views of `leaves` (from view_leaves) replaced, in order."""
+    return substitute_leaves(root, {id(n): v for n, v in zip(leaves, views, strict=True)})
+
+
+def is_bare(root: Node) -> bool:
+    """True when the epilogue is the accumulator itself (fp32 output, nothing fused)."""
+    return root.op == "acc"
+
+
+class Epilogue:
+    """Evaluates `root` for tiles of at most [pmax, fmax] and stores the result."""
+
+    def __init__(self, builder: ProgramBuilder, root: Node, out: View, p_axis: int, f_axis: int, label: str,
+                 pmax: int, fmax: int, out_buffers: int, store_split: int | None = None):
+        self.b, self.root, self.out, self.label = builder, root, out, label
+        self.p_axis, self.f_axis = p_axis, f_axis
+        self.pmax, self.fmax, self.out_buffers, self.store_split = pmax, fmax, out_buffers, store_split
+        self.loader = LeafLoader(builder, root, p_axis, f_axis, label)
+        self.pools: dict[str, Pool] = {}
+
+    def specs(self) -> list[PoolSpec]:
+        return [PoolSpec("epi_temps", "sbuf", self.fmax * 4, 2 * temps_needed(self.root)),
+                PoolSpec("epi_out", "sbuf", self.fmax * itemsize(self.out.dtype), self.out_buffers)
+                ] + self.loader.specs(self.pmax, self.fmax, 2, LEAF_BUDGET)
+
+    def bind(self, pools: dict[str, Pool]) -> None:
+        self.pools = pools
+        self.loader.bind(pools)
+
+    def out_buffer(self) -> Tile:
+        """A fresh output buffer of [pmax, fmax] in the output dtype (a kernel with a bare epilogue
+        accumulates straight into it, then calls `store`)."""
+        return self.pools["epi_out"].next()
+
+    def run(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, acc: AccessPattern,
+            label: str) -> None:
+        """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it."""
+        dst = self.out_buffer().flat(self.out.dtype, pw, fw)
+        operands = self.loader.load(fixed, p0, pw, f0, fw)
+        TileEvaluator(self.b, self.pools["epi_temps"], pw, fw, operands, acc=acc, label=label).run(self.root, dst)
+        self.store(fixed, p0, pw, f0, fw, dst, label)
+
+    def store(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, tile: AccessPattern,
+              label: str) -> None:
+        """Store a tile holding the final values of [p0:p0+pw, f0:f0+fw]."""
+        self.b.dma(self.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], fixed), tile, f"{label} store",
+                   split=self.store_split, min_run=512)

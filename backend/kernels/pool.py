@@ -1,0 +1,226 @@
+"""Pooling kernels (reduce-window with max/min/add/multiply): window taps as strided views, reduced on
+DVE or POOL.
+
+The axes the window does not touch go on partitions (merged: N and C of an NCHW map give N * C
+partitions) or are looped over; the (at most two) windowed axes are the rows and columns of an SBUF
+band tile (conv_geometry.py). Rows outside the input are filled with the reducer's identity (-inf for
+max), columns are clipped per tap, so padding and holes never change a result, as in XLA's evaluator.
+Per block of output pixels: the first tap covering the block whole is copied into an fp32 accumulator
+(or it is set to the identity), every other tap is one tensor_tensor of the accumulator with the
+tap's strided view of the band, then the init value is combined (when it is not the identity) and the
+epilogue expression (e.g. avg pooling's divide, when fused) evaluated on the way to the store. One
+block's chain runs on one engine (no semaphore between its steps); blocks alternate between DVE and
+POOL by estimated load.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.emit import ProgramBuilder
+from backend.kernels.conv_epilogue import Epilogue, is_bare, view_leaves, with_views
+from backend.kernels.conv_geometry import Axis, Band, Block, copy, plan_bands, simplified, simplify
+from backend.kernels.expr import Node
+from backend.layout import View, itemsize
+from compiler.errors import CompilationError
+from compiler.hlo.ir import Computation, WindowDim
+from compiler.hlo.ir import Instruction as HloInstruction
+from compiler.hlo.shape_util import ShapeInferenceError
+from compiler.hlo.shape_window import window_of
+
+# reducer computation root opcode -> (ISA op, identity)
+REDUCERS: dict[str, tuple[str, float]] = {
+    "maximum": ("max", float("-inf")), "minimum": ("min", float("inf")), "add": ("add", 0.0),
+    "multiply": ("multiply", 1.0),
+}
+BLOCK = 2048  # max output pixels per accumulator tile
+X_BUDGET = 96 * 1024  # bytes per partition for the band tiles
+
+
+@dataclass
+class PoolPlan:
+    """x (loops..., P, H, W) -> out (loops..., P, Ho * Wo); `op` reduces, starting from `init`."""
+
+    name: str
+    where: str
+    x: View
+    out: View
+    epilogue: Node
+    rows: Axis
+    cols: Axis
+    op: str
+    identity: float
+    init: float
+
+
+def _reducer(comp: object, where: str) -> tuple[str, float]:
+    if isinstance(comp, Computation) and comp.root is not None and len(comp.parameters) == 2:
+        root = comp.root
+        if root.opcode in REDUCERS and {o.uid for o in root.operands} == {p.uid for p in comp.parameters}:
+            return REDUCERS[root.opcode]
+    raise CompilationError(f"{where}: reduce-window supports to_apply computations that are one of "
+                           f"{', '.join(REDUCERS)} of their two parameters")
+
+
+def _trivial(w: WindowDim) -> bool:
+    return w.size == 1 and w.stride == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1
+
+
+def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, epilogue: Node) -> PoolPlan:
+    where = inst.where()
+    try:
+        window = window_of(inst.attrs, x.rank, "the operand")
+    except ShapeInferenceError as e:
+        raise CompilationError(f"{where}: {e}") from None
+    op, identity = _reducer(inst.attrs.get("to_apply"), where)
+    init_value = init.scalar_value()
+    if init_value is None:
+        raise CompilationError(f"{where}: reduce-window needs a constant init value")
+    if x.dtype not in ("f32", "bf16", "f16"):
+        raise CompilationError(f"{where}: reduce-window over {x.dtype} is not supported by the backend")
+    if any(w.lhs_dilate != 1 for w in window.dims):
+        raise CompilationError(f"{where}: base dilation (lhs_dilate) is not supported by the backend")
+    windowed = [a for a, w in enumerate(window.dims) if not _trivial(w)]
+    if len(windowed) > 2:
+        raise CompilationError(f"{where}: a window over {len(windowed)} dimensions (at most 2 are supported)")
+    trivial = [a for a in range(x.rank) if a not in windowed]
+    perm = tuple(trivial + windowed)
+    leaves = view_leaves(epilogue)
+    views = [v.transpose(perm) for v in [x, out] + [node.view for node in leaves]]
+    wdims = [window.dims[a] for a in windowed]
+    nt = len(trivial)
+    if nt == 0:
+        views, nt = [v.insert_axis(0) for v in views], 1
+    while len(wdims) < 2:  # one windowed axis: it goes on columns
+        views = [v.insert_axis(nt) for v in views]
+        wdims.insert(0, WindowDim(1))
+    for i in reversed(range(nt - 1)):  # merge the partition/loop axes wherever every view allows it
+        merged = [v.merge_axes(i) for v in views]
+        if all(m is not None for m in merged):
+            views = [m for m in merged if m is not None]
+            nt -= 1
+    flat = [v.merge_axes(nt) for v in views[1:]]
+    if any(m is None for m in flat):
+        raise CompilationError(f"{where}: the reduce-window's output (or an operand of its epilogue) does not "
+                               "store its windowed dimensions row-major")
+    xv = views[0]
+    axes = [Axis(xv.dims[nt + i], views[1].dims[nt + i], wd.size, wd.stride, wd.rhs_dilate, wd.pad_low)
+            for i, wd in enumerate(wdims)]
+    epilogue = with_views(epilogue, leaves, flat[1:])
+    return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, init_value)
+
+
+def pool_kernel(builder: ProgramBuilder, plan: PoolPlan) -> None:
+    _PoolKernel(builder, plan).run()
+
+
+class _PoolKernel:
+    def __init__(self, builder: ProgramBuilder, plan: PoolPlan):
+        self.b, self.plan = builder, plan
+        self.parts = builder.target.partitions
+        x = plan.x
+        if x.is_const:
+            x = builder.new_const(x.const_array(), x.dtype)
+        self.x = x
+        self.nt = x.rank - 2
+        self.P, self.H, self.W = x.dims[self.nt - 1:]
+        self.casting = x.cast is not None
+        self.direct = is_bare(plan.epilogue)  # nothing to evaluate: accumulate straight into the output tile
+        self.block = min(BLOCK, plan.rows.out * plan.cols.out)
+        self.epilogue = Epilogue(builder, plan.epilogue, plan.out, self.nt - 1, self.nt, plan.name,
+                                 min(self.parts, self.P), self.block, builder.options.output_buffers)
+        self.pools: dict[str, Pool] = {}
+
+    def run(self) -> None:
+        plan, b = self.plan, self.b
+        block = self.block
+        specs = self.epilogue.specs() + ([] if self.direct else [PoolSpec("acc", "sbuf", block * 4, 3)])
+        room = min(X_BUDGET, b.alloc.sbuf_capacity() - b.alloc.sbuf_need(specs))
+        xsz, ssz = itemsize(self.x.dtype), itemsize(self.x.stored_dtype)
+
+        def tile_bytes(nv: int) -> int:
+            per = nv * self.W + 16
+            return 2 * per * xsz + (2 * per * ssz if self.casting else 0)
+
+        bands = plan_bands(1, plan.rows, plan.cols, block, lambda nb, nv: tile_bytes(nv) <= room)
+        nv = max(bd.nv for bd in bands)
+        if tile_bytes(nv) > room:
+            raise CompilationError(f"{plan.where}: the {nv} input rows of {self.W} elements one output block "
+                                   f"needs do not fit in SBUF ({tile_bytes(nv)} bytes per partition)")
+        specs.append(PoolSpec("x", "sbuf", nv * self.W * xsz, 2))
+        if self.casting:
+            specs.append(PoolSpec("x_stage", "sbuf", nv * self.W * ssz, 2))
+        self.pools = b.alloc.begin_kernel(plan.name, specs, plan.where)
+        self.epilogue.bind(self.pools)
+        loops = self.x.dims[:self.nt - 1]
+        for index in itertools.product(*(range(d) for d in loops)):
+            fixed = dict(enumerate(index))
+            for p0 in range(0, self.P, self.parts):
+                pw = min(self.parts, self.P - p0)
+                for band in bands:
+                    tile = self._load_band(fixed, p0, pw, band)
+                    for blk in band.blocks:
+                        self._block(fixed, p0, pw, band, tile, blk)
+        b.alloc.end_kernel()
+
+    def _load_band(self, fixed: dict[int, int], p0: int, pw: int, band: Band) -> Tile:
+        b, plan, x, W, nv = self.b, self.plan, self.x, self.W, band.nv
+        nt = self.nt
+        tile = self.pools["x"].next()
+        landing, ldt = (self.pools["x_stage"].next(), x.stored_dtype) if self.casting else (tile, x.dtype)
+        label = f"{plan.name} p{p0} v{band.v0}"
+        top = min(max(-band.v0, 0), nv)
+        bottom = min(max(self.H - band.v0, top), nv)
+        for r0, r1 in ((0, top), (bottom, nv)):
+            if r1 > r0:
+                b.emit("dve", "memset", f"{label} fill rows", {"value": plan.identity},
+                       dst=landing.flat(ldt, pw, (r1 - r0) * W, r0 * W))
+        if bottom > top:
+            src = x.hbm_ap(nt - 1, p0, pw, [(nt, band.v0 + top, bottom - top), (nt + 1, 0, W)], fixed)
+            dst = landing.flat(ldt, pw, (bottom - top) * W, top * W)
+            b.dma(dst, simplified(src), f"{label} load")
+        if self.casting:
+            copy(b, tile, landing, x.dtype, ldt, pw, nv * W, f"{label} cast")
+        return tile
+
+    def _block(self, fixed: dict[int, int], p0: int, pw: int, band: Band, tile: Tile, blk: Block) -> None:
+        b, plan = self.b, self.plan
+        rows, cols, W = plan.rows, plan.cols, self.W
+        f0, fw = blk.r0 * cols.out + blk.c0, blk.nr * blk.nc
+        label = f"{plan.name} p{p0} f{f0}"
+        acc_dtype = plan.out.dtype if self.direct else "f32"
+        acc_tile = self.epilogue.out_buffer() if self.direct else self.pools["acc"].next()
+        engine = b.pick_engine(("dve", "pool"))
+        taps = [(kh, kw) for kh in range(rows.taps) for kw in range(cols.taps)]
+        full = next(((kh, kw) for kh, kw in taps if cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc)),
+                    None)
+
+        def views(kh: int, kw: int):
+            lo, hi = cols.valid(kw, blk.c0, blk.nc)
+            if lo >= hi:
+                return None
+            v = blk.r0 * rows.stride + rows.offset(kh)
+            base = band.row(v) * W + lo * cols.stride + cols.offset(kw)
+            src = tile.ap(self.x.dtype, pw, simplify([(rows.stride * W, blk.nr), (cols.stride, hi - lo)]), base)
+            dst = acc_tile.ap(acc_dtype, pw, simplify([(blk.nc, blk.nr), (1, hi - lo)]), lo - blk.c0)
+            return dst, src
+
+        whole = acc_tile.flat(acc_dtype, pw, fw)
+        if full is None:
+            b.emit(engine, "memset", f"{label} identity", {"value": plan.identity}, dst=whole)
+        else:
+            dst, src = views(*full)
+            b.emit(engine, "tensor_copy", f"{label} tap{full}", dst=dst, src=src)
+        for kh, kw in taps:
+            pair = views(kh, kw) if (kh, kw) != full else None
+            if pair is not None:
+                b.emit(engine, "tensor_tensor", f"{label} tap({kh}, {kw})", {"op": plan.op},
+                       dst=pair[0], a=pair[0], b=pair[1])
+        if plan.init != plan.identity:
+            b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": plan.init}, dst=whole, src=whole)
+        if self.direct:
+            self.epilogue.store(fixed, p0, pw, f0, fw, whole, label)
+        else:
+            self.epilogue.run(fixed, p0, pw, f0, fw, whole, label)
