@@ -11,6 +11,7 @@ Both capture the model in eval mode (``eval_mode``) without changing the caller'
 from __future__ import annotations
 
 import contextlib
+import operator
 import warnings
 from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -78,6 +79,12 @@ def decomposition_table(keep: Collection[str] = ()) -> dict:
     return table
 
 
+def _lowerable_as_is(ep: ExportedProgram, keep: Collection[str]) -> bool:
+    """Every op of the exported graph has a rule (``keep``), so decomposing would keep them all."""
+    return all(n.target is operator.getitem or str(n.target) in keep
+               for n in ep.graph.nodes if n.op == "call_function")
+
+
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """Silence the FutureWarning torch 2.13 itself triggers while copying pytree specs (LeafSpec)."""
@@ -135,7 +142,8 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
             else:
                 with eval_mode(model):
                     ep = torch.export.export(model, tuple(example_inputs))
-            ep = ep.run_decompositions(decomposition_table(keep))
+            if not _lowerable_as_is(ep, keep):  # (a re-trace: skipped when it would change nothing)
+                ep = ep.run_decompositions(decomposition_table(keep))
     except Exception as e:  # torch raises many unrelated types here; report its own words
         raise LoweringError(f"torch.export failed for {name}: {_first_lines(e)}") from e
 

@@ -157,6 +157,17 @@ def _conv(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any =
     return (x, weight, bias, per_dim(stride), padding, per_dim(dilation), False, [0] * n, groups), {}
 
 
+def _max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, dilation: Any = 1,
+              ceil_mode: bool = False, return_indices: bool = False) -> tuple[tuple, dict]:
+    if return_indices:
+        raise LoweringError("max pooling with return_indices=True is not supported")
+    return (x, kernel_size, stride or [], padding, dilation, ceil_mode), {}
+
+
+def _clamp_overload(x: Any, min: Any = None, max: Any = None) -> str:  # noqa: A002 (torch's names)
+    return "aten.clamp.Tensor" if isinstance(min, fx.Node) or isinstance(max, fx.Node) else "aten.clamp.default"
+
+
 def _reduce_dim(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> tuple[tuple, dict]:
     """x.prod(dim) / x.any(dim) / torch.max(x, dim): the dim overloads; without a dim, the whole tensor."""
     if dim is None:
@@ -245,6 +256,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),
     torch.pow: (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     torch.einsum: ("aten.einsum.default", _einsum),
+    torch.clamp: (_clamp_overload, _same),
+    torch.unbind: ("aten.unbind.int", _same),
     torch.roll: ("aten.roll.default", _roll),
     torch.arange: ("aten.arange.start_step", _arange),
     torch.zeros: ("aten.zeros.default", _factory),
@@ -259,6 +272,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     F.linear: ("aten.linear.default", _same),
     F.conv1d: ("aten.convolution.default", _conv),
     F.conv2d: ("aten.convolution.default", _conv),
+    F.max_pool1d: ("aten.max_pool1d.default", _max_pool),
+    F.max_pool2d: ("aten.max_pool2d.default", _max_pool),
     F.softmax: ("aten.softmax.int", _softmax),
     F.log_softmax: ("aten.log_softmax.int", _softmax),
     F.layer_norm: ("aten.layer_norm.default", _layer_norm),
@@ -306,6 +321,8 @@ METHODS: dict[str, tuple[OpName, Adapter]] = {
     "all": (_overload("aten.all.default", "aten.all.dim"), _reduce_dim),
     "round": (lambda x, **k: "aten.round.decimals" if k.get("decimals") else "aten.round.default", _round),
     "split": ("aten.split.Tensor", _same),
+    "unbind": ("aten.unbind.int", _same),
+    "clamp": (_clamp_overload, _same),
     "masked_fill": ("aten.masked_fill.Scalar", _same),
     "pow": (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
@@ -342,7 +359,10 @@ def inline_function(fn: Any) -> bool:
     """fx capture: trace into a torch.nn.functional Python function that has no alias (such as
     F.multi_head_attention_forward) instead of recording it whole."""
     return (isinstance(fn, types.FunctionType) and fn.__module__ == "torch.nn.functional"
-            and fn not in FUNCTIONS)
+            and fn not in FUNCTIONS and bool(_DISPATCH_CHECKS & set(fn.__code__.co_names)))
+
+
+_DISPATCH_CHECKS = {"has_torch_function", "has_torch_function_unary", "has_torch_function_variadic"}
 
 
 _SAME_NAME_MODULES = (torch, torch._C._nn, torch.special)
@@ -411,6 +431,13 @@ def resolve(node: fx.Node, root: nn.Module, supported: Container[str]) -> Call |
         return Call(op, *adapter(mod, param, *node.args, **node.kwargs))
     if node.op == "call_function" and node.target is getattr:
         return _tensor_attribute(node)
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):  # torch.ops.aten.X.Y
+        return Call(str(node.target), node.args, node.kwargs)
+    if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverloadPacket):  # torch.ops.aten.X
+        overloads = node.target.overloads()
+        if len(overloads) == 1:
+            return Call(str(getattr(node.target, overloads[0])), node.args, node.kwargs)
+        return f"{node.target} (name the overload: one of {', '.join(overloads)})"
     table: dict[Any, tuple[OpName, Adapter]] = METHODS if node.op == "call_method" else FUNCTIONS
     try:
         alias = table.get(node.target)

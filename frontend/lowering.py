@@ -180,6 +180,17 @@ def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
     return getattr(node.target, "__name__", str(node.target))
 
 
+def operators_used(cap: CapturedGraph) -> set[str]:
+    """The ATen overloads (and Python operators) the graph's nodes resolve to, supported or not."""
+    ops = set()
+    for node in cap.graph.nodes:
+        if node.op in ("call_function", "call_method", "call_module") and not _is_python_value(node, cap):
+            resolved = _resolve(node, cap)
+            if resolved is not None:
+                ops.add(resolved.op if isinstance(resolved, Call) else resolved)
+    return ops
+
+
 def _check_supported(cap: CapturedGraph) -> dict[fx.Node, Call]:
     calls: dict[fx.Node, Call] = {}
     missing: dict[str, list[fx.Node]] = {}
