@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.errors import CompilationError
-from compiler.hlo.io import CONSTANTS_ATTR, module_constants, save_hlo_file
+from compiler.hlo.io import CONSTANTS_ATTR, module_constants, save_hlo_file, storable_array
 from compiler.hlo.ir import Module, Quoted
 from compiler.hlo.printer import print_module
 
@@ -35,13 +35,6 @@ DECISIONS_FILE = "fusion_decisions.txt"
 
 def _safe(name: str) -> str:
     return re.sub(r"[^\w.+-]", "_", name) or "module"
-
-
-def _storable(array: np.ndarray) -> np.ndarray:
-    """As compiler.hlo.io stores arrays: ml_dtypes types (bf16, fp8) as same-width unsigned ints."""
-    if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
-        return array.view(np.dtype(f"u{array.dtype.itemsize}"))
-    return array
 
 
 class HloDumper:
@@ -76,7 +69,7 @@ class HloDumper:
             if new:
                 self._saved.update(new)
                 with open(self.constants_path, "wb") as f:
-                    np.savez(f, **{k: _storable(a) for k, a in self._saved.items()})
+                    np.savez(f, **{k: storable_array(a) for k, a in self._saved.items()})
             path.write_text(print_module(module, header_attrs={CONSTANTS_ATTR: Quoted(self.constants_path.name)}))
         self.files.append(path)
         return path

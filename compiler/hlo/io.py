@@ -24,7 +24,7 @@ _HEADER_CONSTANTS = re.compile(r'^HloModule\s+[^,\n]*(?:,[^\n]*?)?\b' + CONSTANT
                                re.M)
 
 
-def _storable(array: np.ndarray) -> np.ndarray:
+def storable_array(array: np.ndarray) -> np.ndarray:
     """The array in a dtype np.save writes without pickle (ml_dtypes types become same-width uints)."""
     if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
         return array.view(np.dtype(f"u{array.dtype.itemsize}"))
@@ -51,7 +51,7 @@ def save_hlo_file(module: Module, path: str | os.PathLike, constants_file: str |
     header: dict[str, Quoted] = {}
     if constants_file is not None:
         constants_file = Path(constants_file)
-        arrays = {key: _storable(a) for key, a in module_constants(module).items()}
+        arrays = {key: storable_array(a) for key, a in module_constants(module).items()}
         with open(constants_file, "wb") as f:
             np.savez(f, **arrays)
         rel = os.path.relpath(constants_file.resolve(), path.resolve().parent)
