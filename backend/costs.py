@@ -1,12 +1,22 @@
-"""Estimated instruction durations (ns) from the target file, for scheduling and engine balancing.
+"""Estimated instruction durations (ns) for scheduling and engine balancing.
 
-The figures follow machine-model.md: matmul initiation interval max(N, 64) PE cycles (x4 for fp32),
-LoadStationary a quarter of that, ACT/DVE/POOL ~N cycles (2N for two inputs) plus a fixed overhead,
-DMA a fixed cost plus bytes over the per-queue bandwidth.
+The durations are the emulator's own timing rules (``isa.emulator.timing``, figures from the target
+file and machine-model.md), so the scheduler's estimated timeline is the one the emulator will
+follow when nothing else (HBM bandwidth sharing) interferes:
+- PE: matmul initiation interval max(N, 64) cycles (x4 for fp32); LoadStationary a quarter of that,
+  running in the background of the previous PE instruction.
+- ACT/DVE/POOL: ~N cycles per input tile plus a fixed overhead, at the engine's clock; DVE pays a
+  larger overhead when it depends on the instruction just before it.
+- DMA: SP spends `trigger_ns` issuing it; the transfer reaches its queue `fixed_cost_ns` later and
+  moves its effective bytes (descriptor overhead included) at the per-queue rate, capped by an even
+  share of the core's HBM bandwidth over all queues.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from isa.emulator.timing import COSTS, dependent_extra, dma_effective_bytes
 from isa.instructions import OPCODES
 from isa.program import Instruction
 from isa.target import Target
@@ -15,44 +25,36 @@ from isa.target import Target
 class CostModel:
     def __init__(self, target: Target):
         self.target = target
-        self.pe = target.data["pe"]
-        self.stream = target.data["stream"]
         self.dma_cfg = target.data["dma"]
+        queues = self.dma_cfg["queues"]
+        self.queue_rate = min(self.dma_cfg["queue_bytes_per_ns"], target.data["hbm"]["bytes_per_ns"] / queues)
+        self.fixed_ns = self.dma_cfg["fixed_cost_ns"]
 
-    def _cycles_ns(self, engine: str, cycles: float) -> float:
-        return cycles / self.target.clock_ghz(engine)
-
-    def duration(self, inst: Instruction) -> float:
-        """Estimated busy time of `inst` on its engine (DMA: on its queue) in ns."""
-        cost = OPCODES[inst.opcode].cost
-        if cost in ("pe_matmul", "pe_load"):
-            src = inst.operands["src"]
-            n = src.free_size
-            factor = self.pe["fp32_factor"] if src.dtype == "f32" else 1
-            cycles = max(n, self.pe["min_interval"]) * factor
-            if cost == "pe_load":
-                cycles *= self.pe["load_fraction"]
-            return self._cycles_ns("pe", cycles)
-        if cost in ("stream1", "stream2"):
-            ref = inst.operands.get("src") or inst.operands.get("a") or inst.operands["dst"]
-            n = ref.free_size * (2 if cost == "stream2" else 1)
-            return self._cycles_ns(inst.engine, n + self.stream["overhead_cycles"])
-        if cost == "dma":
+    def duration(self, inst: Instruction, engine: str | None = None) -> float:
+        """Estimated busy time of `inst` on its engine (or on `engine`); DMA: trigger + transfer."""
+        if inst.opcode == "dma":
             return self.dma_ns(inst)
-        return self._cycles_ns(inst.engine, self.target.data.get("sync_cycles", 8))
+        return self.engine_ns(inst, engine)
+
+    def engine_ns(self, inst: Instruction, engine: str | None = None,
+                  previous: Instruction | None = None) -> float:
+        """Time `inst` occupies `engine` (default: its own; DMA: the SP trigger only). `previous` is
+        the instruction just before it on that engine (DVE's dependent overhead)."""
+        if engine is not None and engine != inst.engine:
+            inst = replace(inst, engine=engine)
+        ns = COSTS[OPCODES[inst.opcode].cost](self.target, inst)
+        if previous is not None:
+            ns += dependent_extra(self.target, inst, previous)
+        return ns
+
+    def transfer_ns(self, inst: Instruction) -> float:
+        """Queue time of a DMA's transfer (after it reached its queue)."""
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        return dma_effective_bytes(self.target, dst, src) / self.queue_rate
 
     def dma_ns(self, inst: Instruction) -> float:
-        dst = inst.operands["dst"]
-        src = inst.operands["src"]
-        runs = max(_runs(dst), _runs(src))
-        nbytes = dst.nbytes + runs * self.dma_cfg.get("descriptor_overhead_bytes", 0)
-        return self.dma_cfg["fixed_cost_ns"] + nbytes / self.dma_cfg["queue_bytes_per_ns"]
+        """Trigger to completion of a DMA on an idle queue."""
+        return self.trigger_ns() + self.fixed_ns + self.transfer_ns(inst)
 
     def trigger_ns(self) -> float:
-        return self._cycles_ns("sp", self.dma_cfg.get("trigger_cycles", 32))
-
-
-def _runs(ap) -> int:
-    """Number of contiguous runs (descriptors) of an access pattern."""
-    per_partition = max(1, ap.free_size * ap.itemsize // max(1, ap.contiguous_bytes()))
-    return ap.partitions * per_partition
+        return self.dma_cfg["trigger_cycles"] / self.target.clock_ghz("sp")

@@ -35,4 +35,6 @@ class BackendOptions:
     dma_queues: int = 16
 
     # -- scheduling -------------------------------------------------------------------------------------
-    list_schedule: bool = True  # reorder each engine stream by estimated ready time (else program order)
+    # True / "list": critical-path list scheduling with engine balancing; "ready_time": earliest-emitted
+    # ready instruction first (the first list scheduler, for comparison); False / "inorder": program order
+    list_schedule: bool | str = True

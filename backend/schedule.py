@@ -1,15 +1,27 @@
-"""Engine streams and semaphores: list scheduling, DMA queue assignment and minimal waits.
+"""Engine streams and semaphores: list scheduling, engine balancing, DMA queues and minimal waits.
 
 1. Dependencies come from deps.py (RAW/WAR/WAW on buffers and HBM, PE's stationary tile).
-2. List scheduling with the cost model: repeatedly place the instruction that can start earliest
-   (ties: earliest in program order) on its engine; a DMA goes to the queue that frees up first. The
-   placement order is a topological order, so the per-engine streams it induces cannot deadlock; and SP
-   issues a prefetch load that is ready before a store that waits on compute.
-3. Semaphores, "timeline" scheme: every instruction of engine E signals sem(E) when it completes and
-   every DMA of queue q signals sem(q); streams and queues complete in order, so waiting for producer
-   number n of a stream is `sem >= n + 1`. Per instruction only the largest value per semaphore is
-   kept, and a wait is dropped when the consumer's stream already knows it (vector clocks propagate
-   what each completed instruction had waited for).
+2. Placement, on an estimated timeline that follows the emulator's timing rules (costs.py; PE's
+   LoadStationary overlaps the previous PE instruction, a DMA reaches its queue a fixed cost after
+   SP triggers it and queues run in parallel):
+   - "list" (critical path): whenever an engine can start something, it starts the ready instruction
+     with the longest path of estimated time to the end of the program (its bottom level), so the
+     loads and transposes that feed long chains of PE work go first and a store that waits on compute
+     never holds up SP's prefetch triggers. An instruction more than one engine can run (copies,
+     elementwise ALU ops, memset, iota; the ISA table and the engines' memories decide, e.g. POOL
+     never touches PSUM) goes to the engine where it finishes first; a plain ACT copy moved to DVE or
+     POOL becomes a tensor_copy. A DMA goes to the queue it can start on first (round robin on ties).
+   - "ready_time": the same loop, but each engine takes the earliest-emitted ready instruction (the
+     first list scheduler of this backend; kept for comparison).
+   - "inorder": program order, engines as the kernels chose them, DMA queues round robin.
+   Every placement order is a topological order, so the per-engine streams it induces cannot deadlock.
+3. Semaphores, "timeline" scheme: a stream whose instructions complete in order (ACT, DVE, POOL, each
+   DMA queue; PE's matmuls and transposes; PE's LoadStationary, which completes ahead of the matmul it
+   overlaps, on a semaphore of its own) counts its completed producers on one semaphore, so waiting
+   for producer number n is `sem >= n`. Only instructions something waits on signal. A wait is left
+   out when the consumer's stream already knows it (vector clocks propagate what every completed
+   instruction had waited for) or when another wait of the same instruction implies it: the waits
+   are the transitive reduction of the cross-stream dependencies.
 """
 
 from __future__ import annotations
@@ -19,151 +31,345 @@ from dataclasses import dataclass
 
 from backend.costs import CostModel
 from backend.deps import dependencies
+from isa.dtypes import dtype as isa_dtype
+from isa.emulator.rules import ENGINE_MEMORIES
+from isa.instructions import OPCODES
 from isa.program import Instruction
 
 ENGINE_SEMS = {"pe": 0, "act": 1, "dve": 2, "pool": 3}
-QUEUE_SEM_BASE = 4
+PE_LOAD_SEM = 4  # PE's LoadStationary completes out of order with the matmul it overlaps
+QUEUE_SEM_BASE = 5
+COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
+SCHEDULERS = ("list", "ready_time", "inorder")
+COPY_ENGINES = OPCODES["tensor_copy"].engines
+
+
+@dataclass
+class Placement:
+    """Where and when every instruction runs (estimates in ns)."""
+
+    order: list[int]  # indices into the op list, in placement order (a topological order)
+    engines: list[str]
+    queues: dict[int, int]  # DMA op index -> queue
+    start: list[float]
+    finish: list[float]  # when the effect is visible (DMA: transfer complete)
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish, default=0.0)
 
 
 @dataclass
 class ScheduleResult:
-    order: list[int]  # indices into the op list, in placement order
-    queues: dict[int, int]  # DMA op index -> queue
+    order: list[int]
+    queues: dict[int, int]
     text: str
+    estimate_ns: float  # the scheduler's estimated end of the program
 
 
-def _stream_key(inst: Instruction, queue: int | None) -> str:
-    return f"q{queue}" if inst.opcode == "dma" else inst.engine
+# -- engine choice ---------------------------------------------------------------------------------------------
+
+def is_plain_copy(inst: Instruction) -> bool:
+    """An ACT activation that only copies (and converts) a float tensor: a tensor_copy anywhere."""
+    if inst.opcode != "activation" or inst.attrs.get("func") not in ("copy", "identity"):
+        return False
+    if float(inst.attrs.get("scale", 1.0)) != 1.0 or inst.attrs.get("acc_cmd", "idle") != "idle":
+        return False
+    if set(inst.operands) != {"dst", "src"}:
+        return False
+    return all(isa_dtype(ap.dtype).is_float for ap in inst.operands.values())
 
 
-def _sem(stream: str) -> int:
-    return QUEUE_SEM_BASE + int(stream[1:]) if stream.startswith("q") else ENGINE_SEMS[stream]
+def engine_choices(inst: Instruction) -> tuple[str, ...]:
+    """Engines that may run `inst` (its own first): the ISA table's engines whose memories hold all
+    its operands. PE, SP, nops (semaphore carriers) and stateful instructions stay where they are."""
+    if inst.opcode == "nop" or inst.engine not in COMPUTE_ENGINES[1:]:
+        return (inst.engine,)
+    engines = COPY_ENGINES if is_plain_copy(inst) else OPCODES[inst.opcode].engines
+    memories = {ap.memory for ap in inst.operands.values()}
+    allowed = [e for e in engines if e in COMPUTE_ENGINES[1:] and memories <= set(ENGINE_MEMORIES[e])]
+    return tuple(dict.fromkeys([inst.engine] + allowed))
+
+
+def move_to(inst: Instruction, engine: str) -> None:
+    """Run `inst` on `engine` (one of engine_choices(inst))."""
+    if engine == inst.engine:
+        return
+    if inst.opcode == "activation":
+        inst.opcode, inst.attrs = "tensor_copy", {}
+    inst.engine = engine
+
+
+# -- the estimated machine -------------------------------------------------------------------------------------
+
+class Timeline:
+    """Estimated state of the engines and DMA queues while instructions are placed in order."""
+
+    def __init__(self, costs: CostModel, n_queues: int):
+        self.costs = costs
+        self.end = dict.fromkeys((*COMPUTE_ENGINES, "sp"), 0.0)
+        self.load_end = 0.0  # PE: completion of the last LoadStationary
+        self.last_start = 0.0  # PE: start of the last instruction
+        self.previous: dict[str, Instruction] = {}
+        self.queue_free = [0.0] * n_queues
+        self.trigger = costs.trigger_ns()
+        self.busy = dict.fromkeys((*COMPUTE_ENGINES, "sp", "dma"), 0.0)
+
+    def free(self, engine: str) -> float:
+        """When `engine` could start its next (non-load) instruction."""
+        return max(self.end["pe"], self.load_end) if engine == "pe" else self.end[engine]
+
+    def estimate(self, inst: Instruction, engine: str, ready: float) -> tuple[float, float]:
+        """(start, finish) of `inst` on the compute engine `engine` if placed now."""
+        duration = self.costs.engine_ns(inst, engine, self.previous.get(engine))
+        if inst.opcode == "load_stationary":
+            start = max(ready, self.last_start, self.load_end)
+        else:
+            start = max(ready, self.free(engine))
+        return start, start + duration
+
+    def place(self, inst: Instruction, engine: str, ready: float) -> tuple[float, float]:
+        start, finish = self.estimate(inst, engine, ready)
+        if engine == "pe":
+            self.last_start = start
+            if inst.opcode == "load_stationary":
+                self.load_end = finish
+            else:
+                self.end["pe"] = finish
+        else:
+            self.end[engine] = finish
+        self.previous[engine] = inst
+        self.busy[engine] += finish - start
+        return start, finish
+
+    def place_dma(self, inst: Instruction, ready: float, queue: int | None) -> tuple[float, float, int]:
+        """(trigger start, transfer end, queue): the queue given, or the one the transfer starts on first."""
+        start = max(ready, self.end["sp"])
+        self.end["sp"] = start + self.trigger
+        self.busy["sp"] += self.trigger
+        arrive = start + self.trigger + self.costs.fixed_ns
+        if queue is None:
+            queue = min(range(len(self.queue_free)), key=lambda q: max(arrive, self.queue_free[q]))
+        begin = max(arrive, self.queue_free[queue])
+        transfer = self.costs.transfer_ns(inst)
+        self.queue_free[queue] = begin + transfer
+        self.busy["dma"] += transfer
+        return start, begin + transfer, queue
+
+
+# -- placement ---------------------------------------------------------------------------------------------------
+
+def _successors(preds: list[list[int]]) -> list[list[int]]:
+    succs: list[list[int]] = [[] for _ in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succs[p].append(i)
+    return succs
+
+
+def bottom_levels(ops: list[Instruction], succs: list[list[int]], costs: CostModel,
+                  choices: list[tuple[str, ...]]) -> list[float]:
+    """Longest estimated time from each instruction's start to the end of the program."""
+    level = [0.0] * len(ops)
+    for i in range(len(ops) - 1, -1, -1):  # program order is a topological order
+        inst = ops[i]
+        if inst.opcode == "dma":
+            own = costs.dma_ns(inst)
+        else:
+            own = min(costs.engine_ns(inst, e) for e in choices[i])
+        level[i] = own + max((level[s] for s in succs[i]), default=0.0)
+    return level
+
+
+class _Placer:
+    """Commits instructions one at a time to the timeline, tracking readiness of their successors."""
+
+    def __init__(self, ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int):
+        self.ops = ops
+        self.succs = _successors(preds)
+        self.indeg = [len(ps) for ps in preds]
+        self.ready = [0.0] * len(ops)
+        self.timeline = Timeline(costs, n_queues)
+        n = len(ops)
+        self.placement = Placement([], [op.engine for op in ops], {}, [0.0] * n, [0.0] * n)
+
+    def commit(self, i: int, engine: str, queue: int | None = None) -> list[int]:
+        """Place op i on `engine` (DMA: on `queue`, or the best one); returns the ops it made ready."""
+        inst, p, tl = self.ops[i], self.placement, self.timeline
+        if inst.opcode == "dma":
+            start, finish, q = tl.place_dma(inst, self.ready[i], queue)
+            p.queues[i] = q
+        else:
+            move_to(inst, engine)
+            start, finish = tl.place(inst, engine, self.ready[i])
+        p.order.append(i)
+        p.engines[i] = inst.engine
+        p.start[i], p.finish[i] = start, finish
+        released = []
+        on_pe = inst.engine == "pe"
+        for s in self.succs[i]:
+            # PE orders its own stream (a LoadStationary may start under the previous matmul)
+            if not (on_pe and self.ops[s].engine == "pe") and self.ready[s] < finish:
+                self.ready[s] = finish
+            self.indeg[s] -= 1
+            if self.indeg[s] == 0:
+                released.append(s)
+        return released
+
+
+def inorder_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int) -> Placement:
+    """Program order, the kernels' engines, DMA queues round robin."""
+    placer = _Placer(ops, preds, costs, n_queues)
+    n_dma = 0
+    for i, inst in enumerate(ops):
+        queue = None
+        if inst.opcode == "dma":
+            queue, n_dma = n_dma % n_queues, n_dma + 1
+        placer.commit(i, inst.engine, queue)
+    return placer.placement
 
 
 def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int,
-                  enabled: bool = True, estimate: dict[int, tuple[float, float]] | None = None
-                  ) -> tuple[list[int], dict[int, int]]:
-    """Placement order and DMA queue of every instruction; `estimate` receives (start, end) in ns."""
+                  priority: str = "list") -> Placement:
+    """List scheduling on the estimated timeline; `priority` "list" (critical path) or "ready_time"."""
     n = len(ops)
-    succs: list[list[int]] = [[] for _ in range(n)]
-    indeg = [0] * n
-    for i, ps in enumerate(preds):
-        indeg[i] = len(ps)
-        for p in ps:
-            succs[p].append(i)
-    finish = [0.0] * n
-    ready_at = [0.0] * n
-    engine_free: dict[str, float] = {}
-    queue_free = [0.0] * n_queues
-    # per engine: heap of (ready time, index) not yet ready at the engine's free time, and a heap of
-    # indices (program order) that are
-    waiting: dict[str, list[tuple[float, int]]] = {}
-    avail: dict[str, list[int]] = {}
-    for i in range(n):
-        if indeg[i] == 0:
-            heapq.heappush(waiting.setdefault(ops[i].engine, []), (0.0, i))
-    order: list[int] = []
-    queues: dict[int, int] = {}
-    trigger = costs.trigger_ns()
-    rr = 0
-    while len(order) < n:
-        best: tuple[float, int, str] | None = None
-        for engine in set(waiting) | set(avail):
-            free = engine_free.get(engine, 0.0)
-            w, a = waiting.setdefault(engine, []), avail.setdefault(engine, [])
-            while w and (w[0][0] <= free or not enabled):
-                heapq.heappush(a, heapq.heappop(w)[1])
+    placer = _Placer(ops, preds, costs, n_queues)
+    tl = placer.timeline
+    choices = [engine_choices(op) if priority == "list" else (op.engine,) for op in ops]
+    if priority == "list":
+        level = bottom_levels(ops, placer.succs, costs, choices)
+        key = [(-level[i], i) for i in range(n)]
+    else:
+        key = [(0.0, i) for i in range(n)]
+    engines = (*COMPUTE_ENGINES, "sp")
+    waiting: dict[str, list[tuple[float, int]]] = {e: [] for e in engines}  # (ready time, op)
+    avail: dict[str, list[tuple[tuple[float, int], int]]] = {e: [] for e in engines}  # (priority key, op)
+    placed = [False] * n
+
+    def release(ops_ready: list[int]) -> None:
+        for s in ops_ready:
+            for e in choices[s]:
+                heapq.heappush(waiting[e], (placer.ready[s], s))
+
+    release([i for i in range(n) if placer.indeg[i] == 0])
+    for _ in range(n):
+        best: tuple[float, tuple[float, int], str] | None = None
+        for e in engines:
+            w, a = waiting[e], avail[e]
+            free = tl.free(e)
+            while w and (w[0][0] <= free or placed[w[0][1]]):
+                _, i = heapq.heappop(w)
+                if not placed[i]:
+                    heapq.heappush(a, (key[i], i))
+            while a and placed[a[0][1]]:
+                heapq.heappop(a)
             if a:
-                cand = (free, a[0], engine)
+                cand = (free, a[0][0], e)
             elif w:
-                cand = (w[0][0], w[0][1], engine)
+                cand = (w[0][0], key[w[0][1]], e)
             else:
                 continue
-            if not enabled:
-                cand = (0.0, cand[1], engine)
-            if best is None or cand[:2] < best[:2]:
+            if best is None or cand < best:
                 best = cand
         assert best is not None, "dependency cycle"
-        start, i, engine = best
-        a = avail[engine]
-        if a and a[0] == i:
-            heapq.heappop(a)
-        else:
-            heapq.heappop(waiting[engine])
-        inst = ops[i]
-        start = max(start, ready_at[i], engine_free.get(engine, 0.0))
-        if inst.opcode == "dma":
-            q = min(range(n_queues), key=lambda k: (queue_free[k], (k - rr) % n_queues))
-            rr = (q + 1) % n_queues
-            queues[i] = q
-            engine_free[engine] = start + trigger
-            begin = max(start + trigger + costs.dma_cfg["fixed_cost_ns"], queue_free[q])
-            finish[i] = begin + costs.dma_ns(inst) - costs.dma_cfg["fixed_cost_ns"]
-            queue_free[q] = finish[i]
-        else:
-            finish[i] = start + costs.duration(inst)
-            engine_free[engine] = finish[i]
-        order.append(i)
-        if estimate is not None:
-            estimate[i] = (start, finish[i])
-        for s in succs[i]:
-            ready_at[s] = max(ready_at[s], finish[i])
-            indeg[s] -= 1
-            if indeg[s] == 0:
-                heapq.heappush(waiting.setdefault(ops[s].engine, []), (ready_at[s], s))
-    return order, queues
+        at, _, e = best
+        w, a = waiting[e], avail[e]
+        while w and w[0][0] <= at:
+            _, i = heapq.heappop(w)
+            if not placed[i]:
+                heapq.heappush(a, (key[i], i))
+        _, i = heapq.heappop(a)
+        placed[i] = True
+        engine = e
+        if len(choices[i]) > 1:  # the engine where it finishes first (the picking engine on ties)
+            ready = placer.ready[i]
+            engine = min(choices[i], key=lambda c: (tl.estimate(ops[i], c, ready)[1], c != e))
+        release(placer.commit(i, engine))
+    return placer.placement
+
+
+# -- semaphores --------------------------------------------------------------------------------------------------
+
+def _stream(inst: Instruction, queue: int | None) -> str:
+    """The in-order completion stream of an instruction (its semaphore)."""
+    if inst.opcode == "dma":
+        return f"q{queue}"
+    if inst.opcode == "load_stationary":
+        return "pe.load"
+    return inst.engine
+
+
+def _sem(stream: str) -> int:
+    if stream.startswith("q"):
+        return QUEUE_SEM_BASE + int(stream[1:])
+    return PE_LOAD_SEM if stream == "pe.load" else ENGINE_SEMS[stream]
+
+
+def sem_name(sem: int) -> str:
+    names = {v: k for k, v in ENGINE_SEMS.items()} | {PE_LOAD_SEM: "pe.load"}
+    return names.get(sem, f"q{sem - QUEUE_SEM_BASE}")
 
 
 def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[int],
                    queues: dict[int, int]) -> None:
     """Fill `waits`, `signals` and the DMA `queue` attribute of every instruction (in place)."""
     stream_of: dict[int, str] = {}
-    ordinal: dict[int, int] = {}
+    ordinal: dict[int, int] = {}  # completion number within its stream, from 1
     at: dict[tuple[str, int], int] = {}  # (stream, ordinal) -> op
     counts: dict[str, int] = {}
     known_after: dict[int, dict[str, int]] = {}  # what is known to have completed once op i completed
     issue_known: dict[str, dict[str, int]] = {}  # per issuing engine: what it knows now
-    queue_known: dict[str, dict[str, int]] = {}  # per DMA queue: knowledge of its last transfer
+    stream_known: dict[str, dict[str, int]] = {}  # per stream: knowledge of its last completion
+    waits_of: dict[int, list[tuple[str, int]]] = {}
     for i in order:
         inst = ops[i]
-        stream = _stream_key(inst, queues.get(i))
+        stream = _stream(inst, queues.get(i))
         stream_of[i] = stream
-        ordinal[i] = counts.get(stream, 0)
-        counts[stream] = ordinal[i] + 1
+        ordinal[i] = counts.get(stream, 0) + 1
+        counts[stream] = ordinal[i]
         at[(stream, ordinal[i])] = i
         know = dict(issue_known.get(inst.engine, {}))
         needed: dict[str, int] = {}
         for p in preds[i]:
             ps = stream_of[p]
-            if ps == stream:
-                continue  # same engine or same DMA queue: in order
-            value = ordinal[p] + 1
-            if needed.get(ps, 0) < value:
-                needed[ps] = value
-        # drop waits implied by what the stream knows or by what another wait brings along
+            if ps == stream or (inst.engine == "pe" and ops[p].engine == "pe"):
+                continue  # one queue, or one engine's in-order issue (PE: see Timeline)
+            if needed.get(ps, 0) < ordinal[p]:
+                needed[ps] = ordinal[p]
+        # drop waits the stream knows already or that another wait brings along
         waits = []
         for ps, value in sorted(needed.items()):
             if know.get(ps, 0) >= value:
                 continue
-            implied = any(known_after[at[(other, v - 1)]].get(ps, 0) >= value
-                          for other, v in needed.items() if other != ps)
-            if implied:
+            if any(known_after[at[(other, v)]].get(ps, 0) >= value for other, v in needed.items() if other != ps):
                 continue
             waits.append((ps, value))
         for ps, value in waits:
-            producer = at[(ps, value - 1)]
-            _merge(know, known_after[producer])
+            _merge(know, known_after[at[(ps, value)]])
             know[ps] = max(know.get(ps, 0), value)
-        inst.waits = [(_sem(ps), value) for ps, value in waits]
-        inst.signals = [_sem(stream)]
+        waits_of[i] = waits
         issue_known[inst.engine] = know
         after = dict(know)
+        _merge(after, stream_known.get(stream, {}))  # the stream completes in order
+        if stream == "pe":  # a matmul starts once the last LoadStationary completed (not vice versa)
+            _merge(after, stream_known.get("pe.load", {}))
+        after[stream] = ordinal[i]
+        stream_known[stream] = after
+        known_after[i] = after
+    # only producers something waits on signal; a wait counts the signalling producers of its stream
+    signalling = {at[w] for ws in waits_of.values() for w in ws}
+    rank: dict[int, int] = {}
+    signalled: dict[str, int] = {}
+    for i in order:
+        inst = ops[i]
+        if i in signalling:
+            signalled[stream_of[i]] = rank[i] = signalled.get(stream_of[i], 0) + 1
+            inst.signals = [_sem(stream_of[i])]
+        else:
+            inst.signals = []
+        inst.waits = [(_sem(ps), rank[at[(ps, value)]]) for ps, value in waits_of[i]]
         if inst.opcode == "dma":
             inst.attrs["queue"] = queues[i]
-            _merge(after, queue_known.get(stream, {}))
-            queue_known[stream] = after
-        after[stream] = ordinal[i] + 1
-        known_after[i] = after
 
 
 def _merge(into: dict[str, int], other: dict[str, int]) -> None:
@@ -172,31 +378,42 @@ def _merge(into: dict[str, int], other: dict[str, int]) -> None:
             into[k] = v
 
 
-def schedule_text(ops: list[Instruction], order: list[int],
-                  estimate: dict[int, tuple[float, float]] | None = None) -> str:
-    """Per-engine streams with their waits (and the scheduler's estimated start), one per line."""
-    names = {v: k for k, v in ENGINE_SEMS.items()}
-    lines = ["# schedule: per-engine instruction streams in issue order",
-             "# waits: sem>=value (sem = engine pe/act/dve/pool or DMA queue qN); every instruction "
-             "signals its engine's (DMA: its queue's) semaphore on completion; times are the list",
-             "# scheduler's estimates (backend/costs.py), not the emulator's"]
-    for engine in ("pe", "act", "dve", "pool", "sp"):
+# -- report ------------------------------------------------------------------------------------------------------
+
+def schedule_text(ops: list[Instruction], placement: Placement, mode: str) -> str:
+    """Per-engine streams with their waits and the scheduler's estimated start, one per line."""
+    order = placement.order
+    makespan = placement.makespan
+    lines = [f"# schedule ({mode}): per-engine instruction streams in issue order",
+             "# waits: sem>=value (sem = pe, pe.load, act, dve, pool or DMA queue qN; each counts the "
+             "completions of its instructions that signal); times are the scheduler's",
+             f"# estimates (backend/costs.py), not the emulator's; estimated end {makespan / 1000:.2f} us"]
+    for engine in (*COMPUTE_ENGINES, "sp"):
         stream = [i for i in order if ops[i].engine == engine]
-        lines.append(f"\n== {engine} ({len(stream)} instructions)")
+        busy = sum(placement.finish[i] - placement.start[i] for i in stream) if engine != "sp" else 0.0
+        share = f", ~{100 * busy / makespan:.0f}% busy" if makespan and engine != "sp" else ""
+        lines.append(f"\n== {engine} ({len(stream)} instructions{share})")
         for n, i in enumerate(stream):
             inst = ops[i]
-            waits = ", ".join(f"{names.get(s, f'q{s - QUEUE_SEM_BASE}')}>={v}" for s, v in inst.waits)
+            waits = ", ".join(f"{sem_name(s)}>={v}" for s, v in inst.waits)
             queue = f" q{inst.attrs['queue']}" if inst.opcode == "dma" else ""
-            at = f"{estimate[i][0] / 1000:9.2f}us " if estimate and i in estimate else ""
-            lines.append(f"{n:6d} {at}{inst.opcode}{queue:<4} {inst.comment:<48}"
-                         f"{'  wait ' + waits if waits else ''}")
+            signal = " +" + sem_name(inst.signals[0]) if inst.signals else ""
+            lines.append(f"{n:6d} {placement.start[i] / 1000:9.2f}us {inst.opcode}{queue:<4} {inst.comment:<48}"
+                         f"{'  wait ' + waits if waits else ''}{signal}")
     return "\n".join(lines) + "\n"
 
 
 def schedule(ops: list[Instruction], costs: CostModel, untracked: set[str], n_queues: int,
-             list_scheduling: bool = True) -> ScheduleResult:
+             list_scheduling: bool | str = True) -> ScheduleResult:
+    """Order `ops` into engine streams with semaphores. `list_scheduling`: True ("list"), False
+    ("inorder") or one of SCHEDULERS."""
+    mode = list_scheduling if isinstance(list_scheduling, str) else ("list" if list_scheduling else "inorder")
+    if mode not in SCHEDULERS:
+        raise ValueError(f"unknown scheduler {mode!r}; known: {', '.join(SCHEDULERS)}")
     preds = dependencies(ops, untracked)
-    estimate: dict[int, tuple[float, float]] = {}
-    order, queues = list_schedule(ops, preds, costs, n_queues, list_scheduling, estimate)
-    add_semaphores(ops, preds, order, queues)
-    return ScheduleResult(order, queues, schedule_text(ops, order, estimate))
+    if mode == "inorder":
+        placement = inorder_schedule(ops, preds, costs, n_queues)
+    else:
+        placement = list_schedule(ops, preds, costs, n_queues, mode)
+    add_semaphores(ops, preds, placement.order, placement.queues)
+    return ScheduleResult(placement.order, placement.queues, schedule_text(ops, placement, mode), placement.makespan)
