@@ -33,7 +33,7 @@ from compiler.errors import CompilationError
 from compiler.hlo.ir import Instruction as HloInstruction
 from compiler.hlo.ir import WindowDim
 from compiler.hlo.shape_util import ShapeInferenceError
-from compiler.hlo.shape_window import conv_dims, window_of
+from compiler.hlo.shape_window import conv_dims, window_of, window_output_size
 
 X_BUDGET = 96 * 1024  # bytes per partition for the input band tiles (all buffers)
 W_BUDGET = 64 * 1024  # bytes per partition under which all weights stay resident
@@ -98,6 +98,8 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
                                "store its spatial dimensions row-major")
     axes = [Axis(x.dims[2 + i], outs[0].dims[2 + i], wd.size, wd.stride, wd.rhs_dilate, wd.pad_low)
             for i, wd in enumerate(wdims)]
+    if any(a.out != window_output_size(a.size, wd) for a, wd in zip(axes, wdims, strict=True)):
+        raise CompilationError(f"{where}: the declared result shape does not match the window")
     epilogue = with_views(epilogue, leaves, merged[1:])
     groups = int(inst.attrs.get("feature_group_count", 1))
     return ConvPlan(name, where, x, w, merged[0], epilogue, axes[0], axes[1], groups,

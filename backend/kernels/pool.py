@@ -28,7 +28,7 @@ from compiler.errors import CompilationError
 from compiler.hlo.ir import Computation, WindowDim
 from compiler.hlo.ir import Instruction as HloInstruction
 from compiler.hlo.shape_util import ShapeInferenceError
-from compiler.hlo.shape_window import window_of
+from compiler.hlo.shape_window import window_of, window_output_size
 
 # reducer computation root opcode -> (ISA op, identity)
 REDUCERS: dict[str, tuple[str, float]] = {
@@ -108,6 +108,8 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
     xv = views[0]
     axes = [Axis(xv.dims[nt + i], views[1].dims[nt + i], wd.size, wd.stride, wd.rhs_dilate, wd.pad_low)
             for i, wd in enumerate(wdims)]
+    if any(a.out != window_output_size(a.size, wd) for a, wd in zip(axes, wdims, strict=True)):
+        raise CompilationError(f"{where}: the declared result shape does not match the window")
     epilogue = with_views(epilogue, leaves, flat[1:])
     return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, init_value)
 
