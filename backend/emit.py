@@ -33,6 +33,7 @@ class ProgramBuilder:
         self._n_const = 0
         self._n_scratch = 0
         self._identity: dict[str, Tile] = {}
+        self._ones: dict[str, Tile] = {}
         self.useful_macs = 0
 
     # -- HBM tensors ------------------------------------------------------------------------------------------
@@ -92,21 +93,56 @@ class ProgramBuilder:
 
     def activation(self, dst: AccessPattern, src: AccessPattern, func: str = "identity", *,
                    bias: AccessPattern | None = None, scale: float = 1.0,
-                   scale_vec: AccessPattern | None = None, comment: str = "") -> Instruction:
+                   scale_vec: AccessPattern | None = None, acc: AccessPattern | None = None,
+                   comment: str = "") -> Instruction:
+        """dst = func(src * scale + bias); with `acc`, ACT's accumulator also sums the outputs per
+        partition (reset first) and writes the sums to `acc` [P, 1]."""
         attrs: dict = {"func": func}
         if scale != 1.0:
             attrs["scale"] = float(scale)
-        return self.emit("act", "activation", comment, attrs, dst=dst, src=src, bias=bias, scale_vec=scale_vec)
+        if acc is not None:
+            attrs["acc_cmd"] = "reset_reduce"
+        return self.emit("act", "activation", comment, attrs, dst=dst, src=src, bias=bias, scale_vec=scale_vec,
+                         acc=acc)
+
+    def _alu_engine(self, *aps: AccessPattern | None) -> str:
+        return "dve" if any(ap is not None and ap.memory == "psum" for ap in aps) \
+            else self.pick_engine(("dve", "pool"))
 
     def tensor_tensor(self, dst: AccessPattern, a: AccessPattern, b: AccessPattern, op: str,
                       comment: str = "") -> Instruction:
-        engine = "dve" if "psum" in (dst.memory, a.memory, b.memory) else self.pick_engine(("dve", "pool"))
-        return self.emit(engine, "tensor_tensor", comment, {"op": op}, dst=dst, a=a, b=b)
+        return self.emit(self._alu_engine(dst, a, b), "tensor_tensor", comment, {"op": op}, dst=dst, a=a, b=b)
 
-    def tensor_scalar(self, dst: AccessPattern, src: AccessPattern, op: str, scalar: float,
-                      comment: str = "") -> Instruction:
-        engine = "dve" if "psum" in (dst.memory, src.memory) else self.pick_engine(("dve", "pool"))
-        return self.emit(engine, "tensor_scalar", comment, {"op": op, "scalar": float(scalar)}, dst=dst, src=src)
+    def tensor_scalar(self, dst: AccessPattern, src: AccessPattern, op: str, scalar: float = 0.0,
+                      comment: str = "", *, scalar_vec: AccessPattern | None = None, op1: str | None = None,
+                      scalar1: float = 0.0, scalar1_vec: AccessPattern | None = None) -> Instruction:
+        """dst = (src op scalar) op1 scalar1; a scalar is the immediate or the per-partition vector."""
+        attrs: dict = {"op": op, "scalar": float(scalar)}
+        if op1 is not None:
+            attrs["op1"] = op1
+            attrs["scalar1"] = float(scalar1)
+        return self.emit(self._alu_engine(dst, src, scalar_vec, scalar1_vec), "tensor_scalar", comment, attrs,
+                         dst=dst, src=src, scalar_vec=scalar_vec, scalar1_vec=scalar1_vec)
+
+    def select(self, dst: AccessPattern, pred: AccessPattern, a: AccessPattern, b: AccessPattern,
+               comment: str = "") -> Instruction:
+        return self.emit(self._alu_engine(dst, pred, a, b), "select", comment, dst=dst, pred=pred, a=a, b=b)
+
+    def tensor_reduce(self, dst: AccessPattern, src: AccessPattern, op: str, comment: str = "",
+                      axes: str = "all") -> Instruction:
+        attrs: dict = {"op": op}
+        if axes != "all":
+            attrs["axes"] = axes
+        return self.emit("dve", "tensor_reduce", comment, attrs, dst=dst, src=src)
+
+    def memset(self, dst: AccessPattern, value: float, comment: str = "") -> Instruction:
+        return self.emit(self._alu_engine(dst), "memset", comment, {"value": float(value)}, dst=dst)
+
+    def iota(self, dst: AccessPattern, base: int, channel_multiplier: int, comment: str = "",
+             engine: str = "pool") -> Instruction:
+        """dst[p, i] = base + channel_multiplier * p + i."""
+        return self.emit(engine, "iota", comment, {"base": int(base), "channel_multiplier": int(channel_multiplier)},
+                         dst=dst)
 
     def copy(self, dst: AccessPattern, src: AccessPattern, comment: str = "",
              engines: tuple[str, ...] = ("act", "dve")) -> Instruction:
@@ -159,6 +195,15 @@ class ProgramBuilder:
             return [(0, count)]
         step = -(-count // k)
         return [(i, min(step, count - i)) for i in range(0, count, step)]
+
+    def ones(self, dtype: str) -> Tile:
+        """A persistent [128, 1] column of ones in `dtype` (PE sums across partitions with it)."""
+        if dtype not in self._ones:
+            n = self.target.partitions
+            tile = self.alloc.persistent(f"ones_{dtype}", itemsize(dtype))
+            self.memset(tile.flat(dtype, n, 1), 1.0, f"ones {dtype}")
+            self._ones[dtype] = tile
+        return self._ones[dtype]
 
     # -- identity for PE transposes ---------------------------------------------------------------------------
     def identity(self, dtype: str) -> Tile:

@@ -18,8 +18,9 @@ from compiler.hlo.ir import Instruction
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
-# HLO element type -> ISA dtype.
-HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32"}
+# HLO element type -> ISA dtype. pred is stored as int8 0/1; s64 as int32 (the engines compute in fp32,
+# so integers are exact below 2**24 either way; indices and positions fit).
+HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "i8", "s64": "i32"}
 
 
 def isa_dtype_of(inst: Instruction, hlo_dtype: str | None = None) -> str:

@@ -1,38 +1,39 @@
-"""From the HLO entry computation to kernels: values as views, layout choice, kernel emission.
+"""From the HLO entry computation to kernels: values as views, layout choice, kernel dispatch.
 
 Layout operators (transpose, reshape, broadcast, slice, convert, tuple, get-tuple-element) create no
 code: they become new strided views (layout.View) of the data of their operand. Compute operators
-(dot, fusion, elementwise ops) become kernels writing a fresh HBM tensor, whose storage order is chosen
-for its consumers: a value contracted over its minor axis by a dot is stored transposed (K-major) so the
-dot reads contiguous rows, and ROOT outputs are written in place, row-major.
+become kernels writing a fresh HBM tensor, whose storage order is chosen for its consumers: a value
+contracted over its minor axis by a dot is stored transposed (K-major) so the dot reads contiguous
+rows, and ROOT outputs are written in place, row-major. `KERNELS` maps an opcode to the function that
+lowers it (the kernels of every op class register there); fusions dispatch on what they contain.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
 
 from backend.emit import ProgramBuilder
+from backend.fused import (
+    LAYOUT_OPS,
+    Expr,
+    ExprBuilder,
+    Value,
+    custom_target,
+    is_elementwise,
+    kernel_space,
+    layout_value,
+    view_of,
+)
+from backend.kernels import expr
 from backend.kernels.dot import dot_kernel, plan_dot
-from backend.kernels.elementwise import copy_kernel, elementwise_kernel
-from backend.kernels.expr import CUSTOM_CALL_UNARY, HLO_BINARY, HLO_UNARY, Node, binary, leaf, unary, walk
+from backend.kernels.elementwise import copy_kernel, fused_kernel
+from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
 from compiler.errors import CompilationError
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, SliceSpec
+from compiler.hlo.ir import Computation, Instruction, Module
 
-Value = Any  # View | Node | list[Value] (a tuple)
-LAYOUT_OPS = ("parameter", "constant", "tuple", "get-tuple-element", "transpose", "reshape", "bitcast",
-              "broadcast", "slice", "convert", "copy")
-
-
-def _custom_target(inst: Instruction) -> str | None:
-    target = inst.attrs.get("custom_call_target")
-    return target.text if isinstance(target, Quoted) else None
-
-
-def _is_compute(inst: Instruction) -> bool:
-    return (inst.opcode in ("dot", "fusion") or inst.opcode in HLO_BINARY
-            or (inst.opcode in HLO_UNARY and inst.opcode not in ("convert", "copy"))
-            or (inst.opcode == "custom-call" and _custom_target(inst) in CUSTOM_CALL_UNARY))
+Handler = Callable[["Lowering", Instruction, list[Value]], Value]
+FusionHandler = Callable[["Lowering", Instruction, Computation, list[Value]], Value]
 
 
 class Lowering:
@@ -65,7 +66,7 @@ class Lowering:
             if inst.uid not in self.values:
                 self.values[inst.uid] = self.lower(inst)
         for j, (r, out) in enumerate(zip(roots, outs, strict=True)):
-            value = self._view(self.values[r.uid], r)
+            value = view_of(self.values[r.uid], r)
             if not (value.buffer is out.buffer and value.is_dense_row_major()):
                 copy_kernel(self.b, value, out, f"output{j}", r.where())
 
@@ -73,7 +74,7 @@ class Lowering:
         """Let the kernel producing a ROOT output write the output tensor directly, through single-use
         reshapes and transposes."""
         while inst.uid not in self.dest:
-            if _is_compute(inst):
+            if is_compute(inst):
                 self.dest[inst.uid] = view
                 return
             if inst.opcode not in ("reshape", "bitcast", "transpose", "copy") or not inst.operands:
@@ -91,11 +92,11 @@ class Lowering:
                 view = reshaped
             inst = operand
 
-    def _name(self, inst: Instruction) -> str:
+    def name(self, inst: Instruction) -> str:
         self._kernels += 1
         return f"k{self._kernels}.{inst.name}"
 
-    def _destination(self, inst: Instruction) -> View:
+    def destination(self, inst: Instruction) -> View:
         dest = self.dest.get(inst.uid)
         if dest is not None:
             return dest
@@ -117,135 +118,154 @@ class Lowering:
                     return tuple(range(rank - 2)) + (rank - 1, rank - 2)
         return order
 
-    # -- values -----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _view(value: Value, inst: Instruction) -> View:
-        if not isinstance(value, View):
-            raise CompilationError(f"{inst.where()}: expected an array value here")
-        return value
+    # -- instructions -----------------------------------------------------------------------------------------
+    def lower(self, inst: Instruction) -> Value:
+        ops = [self.values[o.uid] for o in inst.operands]
+        handler = KERNELS.get(inst.opcode)
+        if handler is not None:
+            return handler(self, inst, ops)
+        if inst.opcode in LAYOUT_OPS:
+            return self._layout(inst, ops)
+        if is_elementwise(inst):
+            return _elementwise(self, inst, ops)
+        what = f"custom-call {custom_target(inst)!r}" if inst.opcode == "custom-call" else f"op {inst.opcode}"
+        raise CompilationError(f"{inst.where()}: {what} is not supported by the backend")
 
-    def lower(self, inst: Instruction, env: dict[int, Value] | None = None) -> Value:
-        """The value of `inst`; `env` holds the values of a fused computation (else the entry's)."""
-        values = self.values if env is None else env
-        ops = [values[o.uid] for o in inst.operands]
-        op = inst.opcode
-        if op in LAYOUT_OPS:
-            return self._layout(inst, ops, fused=env is not None)
-        if env is not None:
-            return self._fused_compute(inst, ops)
-        if op == "dot":
-            out = self._destination(inst)
-            acc = unary("convert", Node("acc", "f32", inst=inst), isa_dtype_of(inst), inst)
-            lhs, rhs = (self._view(v, o) for v, o in zip(ops, inst.operands, strict=True))
-            dot_kernel(self.b, plan_dot(inst, self._name(inst), lhs, rhs, out, acc))
-            return out
-        if op == "fusion":
-            return self._fusion(inst, ops)
-        node = self._elementwise(inst, [self._as_node(v, o) for v, o in zip(ops, inst.operands, strict=True)])
-        out = self._destination(inst)
-        elementwise_kernel(self.b, node, out, self._name(inst), inst.where())
-        return out
-
-    def _layout(self, inst: Instruction, ops: list[Value], fused: bool) -> Value:
-        op = inst.opcode
-        if op == "parameter":
-            raise CompilationError(f"{inst.where()}: parameter outside the entry's parameter list")
-        if op == "constant":
-            if inst.literal is None:
-                raise CompilationError(f"{inst.where()}: constant without data")
-            return self.b.const_view(inst.literal.reshape(inst.shape.dims), isa_dtype_of(inst))
-        if op == "tuple":
-            return list(ops)
-        if op == "get-tuple-element":
-            return ops[0][int(inst.attrs["index"])]
-        x = ops[0]
-        if isinstance(x, Node):
-            if op in ("convert", "copy"):
-                return unary(op, x, isa_dtype_of(inst), inst)
-            raise CompilationError(f"{inst.where()}: {op} of a value computed inside a fusion is not "
-                                   f"supported by the backend")
-        x = self._view(x, inst.operands[0])
-        if op == "transpose":
-            return x.transpose(tuple(inst.attrs["dimensions"]))
-        if op == "broadcast":
-            return x.broadcast(inst.shape.dims, tuple(inst.attrs.get("dimensions", ())))
-        if op == "slice":
-            spec = inst.attrs.get("slice")
-            if not isinstance(spec, SliceSpec):
-                raise CompilationError(f"{inst.where()}: slice without a slice= attribute")
-            return x.slice(spec.ranges)
-        if op == "convert":
-            return x.with_cast(isa_dtype_of(inst))
-        if op == "copy":
-            return x
-        reshaped = x.reshape(inst.shape.dims)
-        if reshaped is not None:
-            return reshaped
-        if fused:
-            raise CompilationError(f"{inst.where()}: reshape inside a fusion needs a copy")
+    def _layout(self, inst: Instruction, ops: list[Value]) -> Value:
+        value = layout_value(inst, ops, self.b)
+        if value is not None:
+            return value
+        x = view_of(ops[0], inst.operands[0])
         dense = self.b.scratch(x.dtype, x.dims)
-        copy_kernel(self.b, x, dense, self._name(inst), inst.where())
+        copy_kernel(self.b, x, dense, self.name(inst), inst.where())
         result = dense.reshape(inst.shape.dims)
         assert result is not None
         return result
 
-    # -- compute ----------------------------------------------------------------------------------------------
-    @staticmethod
-    def _as_node(value: Value, inst: Instruction) -> Node:
-        if isinstance(value, Node):
-            return value
-        if isinstance(value, View):
-            return leaf(value, inst)
-        raise CompilationError(f"{inst.where()}: a tuple cannot be an elementwise operand")
 
-    def _elementwise(self, inst: Instruction, ops: list[Node]) -> Node:
-        op, dtype = inst.opcode, isa_dtype_of(inst)
-        if op in HLO_BINARY and len(ops) == 2:
-            return binary(HLO_BINARY[op], ops[0], ops[1], dtype, inst)
-        if op in HLO_UNARY and len(ops) == 1:
-            return unary(HLO_UNARY[op], ops[0], dtype, inst)
-        target = _custom_target(inst)
-        if op == "custom-call" and target in CUSTOM_CALL_UNARY and len(ops) == 1:
-            return unary(CUSTOM_CALL_UNARY[target], ops[0], dtype, inst)
-        what = f"custom-call {target!r}" if op == "custom-call" else f"op {op}"
-        raise CompilationError(f"{inst.where()}: {what} is not supported by the backend")
+def is_compute(inst: Instruction) -> bool:
+    return inst.opcode in KERNELS or (is_elementwise(inst) and inst.opcode not in ("convert", "copy"))
 
-    def _fused_compute(self, inst: Instruction, ops: list[Value]) -> Value:
-        if inst.opcode == "dot":
-            lhs, rhs = (self._view(v, o) for v, o in zip(ops, inst.operands, strict=True))
-            node = Node("acc", "f32", inst=inst)
-            self._fused_dots.append((inst, lhs, rhs, node))
-            return unary("convert", node, isa_dtype_of(inst), inst)
-        return self._elementwise(inst, [self._as_node(v, o) for v, o in zip(ops, inst.operands, strict=True)])
 
-    def _fusion(self, inst: Instruction, ops: list[Value]) -> Value:
-        comp = inst.attrs.get("calls")
-        kind = inst.attrs.get("kind")
-        if not isinstance(comp, Computation) or kind not in ("kOutput", "kLoop"):
-            raise CompilationError(f"{inst.where()}: fusion kind {kind} is not supported by the backend")
-        env: dict[int, Value] = {}
-        for param in comp.parameters:
-            env[param.uid] = ops[param.parameter_number or 0]
-        self._fused_dots: list[tuple[Instruction, View, View, Node]] = []
-        for sub in comp.post_order():
-            if sub.uid not in env:
-                env[sub.uid] = self.lower(sub, env)
-        assert comp.root is not None
-        result = env[comp.root.uid]
-        out = self._destination(inst)
-        name = self._name(inst)
-        if len(self._fused_dots) > 1:
-            raise CompilationError(f"{inst.where()}: a fusion with {len(self._fused_dots)} dots")
-        if self._fused_dots:
-            dot, lhs, rhs, acc = self._fused_dots[0]
-            if not isinstance(result, Node) or not any(n is acc for n in walk(result)):
-                raise CompilationError(f"{inst.where()}: the fusion's root does not use its dot")
-            dot_kernel(self.b, plan_dot(dot, name, lhs, rhs, out, result))
-        elif isinstance(result, Node):
-            elementwise_kernel(self.b, result, out, name, inst.where())
-        else:
-            copy_kernel(self.b, self._view(result, inst), out, name, inst.where())
+# -- handlers ---------------------------------------------------------------------------------------------------
+def _elementwise(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    value = ExprBuilder(tuple(inst.shape.dims), lw.b).lower(inst, ops)
+    assert isinstance(value, Expr)
+    out = lw.destination(inst)
+    fused_kernel(lw.b, value.node, out, lw.name(inst), inst.where())
+    return out
+
+
+def anchored(plan_fn: Callable, kernel_fn: Callable) -> Handler:
+    """The handler of an op whose kernel applies an elementwise epilogue to its accumulator on the way out
+    (`plan_fn(inst, name, *operand views, out, epilogue)`, `kernel_fn(builder, plan)`); unfused, the
+    epilogue only converts the accumulator to the result type."""
+
+    def handler(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+        out = lw.destination(inst)
+        acc = expr.unary("convert", expr.Node("acc", "f32", inst=inst), isa_dtype_of(inst), inst)
+        views = [view_of(v, o) for v, o in zip(ops, inst.operands, strict=True)]
+        kernel_fn(lw.b, plan_fn(inst, lw.name(inst), *views, out, acc))
         return out
+
+    return handler
+
+
+def _reduce(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    space = tuple(inst.operands[0].shape.dims)
+    eb = ExprBuilder(space, lw.b)
+    value = eb.lower(inst, ops)
+    assert isinstance(value, Expr) and eb.reduce_axes is not None
+    out = lw.destination(inst)
+    reduce_kernel(lw.b, value.node, out.broadcast(space, value.axes), eb.reduce_axes, lw.name(inst), inst.where())
+    return out
+
+
+def _concatenate(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    out = lw.destination(inst)
+    (dim,) = tuple(inst.attrs["dimensions"])
+    start = 0
+    name = lw.name(inst)
+    for value, operand in zip(ops, inst.operands, strict=True):
+        size = operand.shape.dims[dim]
+        ranges = tuple((start, start + size, 1) if d == dim else (0, n, 1) for d, n in enumerate(inst.shape.dims))
+        copy_kernel(lw.b, view_of(value, operand), out.slice(ranges), name, inst.where())
+        start += size
+    return out
+
+
+def _fusion(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    comp = inst.attrs.get("calls")
+    if not isinstance(comp, Computation):
+        raise CompilationError(f"{inst.where()}: fusion without a fused computation")
+    for anchor, handler in FUSION_ANCHORS.items():
+        if any(sub.opcode == anchor for sub in comp.instructions):
+            return handler(lw, inst, comp, ops)
+    eb = ExprBuilder(kernel_space(comp), lw.b)
+    root = _lower_body(comp, ops, eb)
+    out = lw.destination(inst)
+    if isinstance(root, Expr):
+        space_out = out if root.axes == eb.full else out.broadcast(eb.dims, root.axes)
+        fused_kernel(lw.b, root.node, space_out, lw.name(inst), inst.where(), eb.reduce_axes or ())
+    else:
+        copy_kernel(lw.b, view_of(root, inst), out, lw.name(inst), inst.where())
+    return out
+
+
+def _lower_body(comp: Computation, ops: list[Value], eb: ExprBuilder,
+                special: Callable[[Instruction, list[Value]], Value | None] | None = None) -> Value:
+    env: dict[int, Value] = {p.uid: ops[p.parameter_number or 0] for p in comp.parameters}
+    for sub in comp.post_order():
+        if sub.uid in env:
+            continue
+        sub_ops = [env[o.uid] for o in sub.operands]
+        value = special(sub, sub_ops) if special is not None else None
+        env[sub.uid] = value if value is not None else eb.lower(sub, sub_ops)
+    assert comp.root is not None
+    return env[comp.root.uid]
+
+
+def anchored_fusion(opcode: str, plan_fn: Callable, kernel_fn: Callable) -> FusionHandler:
+    """The handler of a fusion around one `opcode` (a dot, a convolution...) with an elementwise epilogue
+    (kOutput): the anchor's operands are views of the fusion's, its result the accumulator."""
+
+    def handler(lw: Lowering, inst: Instruction, comp: Computation, ops: list[Value]) -> Value:
+        anchors = [sub for sub in comp.instructions if sub.opcode == opcode]
+        if len(anchors) != 1:
+            raise CompilationError(f"{inst.where()}: a fusion with {len(anchors)} {opcode} ops is not supported")
+        anchor = anchors[0]
+        eb = ExprBuilder(tuple(anchor.shape.dims), lw.b)
+        operands: list[View] = []
+        acc = expr.Node("acc", "f32", inst=anchor)
+
+        def special(sub: Instruction, sub_ops: list[Value]) -> Value | None:
+            if sub is not anchor:
+                return None
+            operands.extend(view_of(v, o) for v, o in zip(sub_ops, sub.operands, strict=True))
+            return Expr(expr.unary("convert", acc, isa_dtype_of(sub), sub), eb.full)
+
+        root = _lower_body(comp, ops, eb, special)
+        if not isinstance(root, Expr) or root.axes != eb.full or not any(n is acc for n in expr.walk(root.node)):
+            raise CompilationError(f"{inst.where()}: the fusion's root is not an elementwise function of its "
+                                   f"{opcode}")
+        out = lw.destination(inst)
+        kernel_fn(lw.b, plan_fn(anchor, lw.name(inst), *operands, out, root.node))
+        return out
+
+    return handler
+
+
+# opcode -> handler of an unfused instruction (op classes register their kernels here)
+KERNELS: dict[str, Handler] = {
+    "dot": anchored(plan_dot, dot_kernel),
+    "fusion": _fusion,
+    "reduce": _reduce,
+    "concatenate": _concatenate,
+}
+# a fusion containing this opcode is lowered by the handler (checked in this order)
+FUSION_ANCHORS: dict[str, FusionHandler] = {
+    "dot": anchored_fusion("dot", plan_dot, dot_kernel),
+}
 
 
 def _contracting_dims_of_use(user: Instruction, value: Instruction) -> tuple[int, ...] | None:

@@ -10,6 +10,8 @@ each operation it records on the example inputs as well, so that
   inputs take; control flow on tensor *data* is still refused (torch's TraceError);
 - every node carries ``meta["val"]``: its result as a meta tensor (shape and dtype) or a Python value.
 
+A GraphModule (a TorchDynamo graph) is replayed node by node so that the nodes keep its stack traces.
+
 Modules with a direct lowering (``fx_aliases.MODULES``: nn.Linear, nn.Conv2d...) stay ``call_module``
 leaves; every other module, torch.nn ones included (nn.MultiheadAttention...), is traced through.
 """
@@ -203,6 +205,19 @@ class ConcreteTracer(fx.Tracer):
         return self.values[node]
 
 
+class _Replay(nn.Module):
+    """A GraphModule (e.g. a TorchDynamo graph) run node by node, so that each node recorded while it
+    runs inherits the stack trace of the node it comes from (the user's source line)."""
+
+    def __init__(self, gm: fx.GraphModule):
+        super().__init__()
+        self.gm = gm
+
+    def forward(self, *args: Any) -> Any:
+        with fx.traceback.preserve_node_meta():
+            return fx.Interpreter(self.gm).run(*args)
+
+
 def trace(model: nn.Module, example_inputs: Sequence[Any], name: str, *,
           is_leaf: Callable[[nn.Module], bool], inline: Callable[[Any], bool]) -> fx.GraphModule:
     """Trace ``model`` on ``example_inputs``; the graph's placeholders are those inputs, in order.
@@ -210,7 +225,7 @@ def trace(model: nn.Module, example_inputs: Sequence[Any], name: str, *,
     ``is_leaf(module)``: record the module as one ``call_module`` node; ``inline(fn)``: trace into a
     Python function that would otherwise be recorded whole through ``__torch_function__``."""
     tracer = ConcreteTracer(example_inputs, is_leaf, inline)
-    graph = tracer.trace(model)
+    graph = tracer.trace(_Replay(model) if isinstance(model, fx.GraphModule) else model)
     for node in list(graph.nodes):  # parameters a forward only inspected (x.weight.dtype...)
         if node.op == "get_attr" and not node.users:
             graph.erase_node(node)

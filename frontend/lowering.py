@@ -30,6 +30,7 @@ from . import (
     ops_conv,
     ops_create,
     ops_elementwise,
+    ops_fused,
     ops_index,
     ops_linalg,
     ops_norm,
@@ -45,7 +46,7 @@ Rule = Callable[..., Any]
 def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
     for mod in (ops_elementwise, ops_activation, ops_shape, ops_create, ops_index, ops_linalg, ops_conv, ops_reduce,
-                ops_norm):
+                ops_norm, ops_fused):
         for name, rule in mod.RULES.items():
             if name in table:
                 raise RuntimeError(f"two lowering rules for {name}")

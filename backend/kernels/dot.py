@@ -20,12 +20,14 @@ from dataclasses import dataclass
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
-from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
+from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
+from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import KOperand
 from backend.layout import View, itemsize
 from compiler.errors import CompilationError
 from compiler.hlo.ir import Instruction as HloInstruction
+from isa.program import AccessPattern
 
 
 @dataclass
@@ -101,13 +103,15 @@ def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, e
     nb = len(lb)
     lhs_n = _merge_groups([lhs.transpose(lb + lf + lc)], [(nb, len(lf)), (nb + len(lf), len(lc))])
     rhs_n = _merge_groups([rhs.transpose(rb + rc + rf)], [(nb, len(rc)), (nb + len(rc), len(rf))])
-    leaves = [n for n in walk(epilogue) if n.op == "leaf"]
+    if has_reduce(epilogue):
+        raise CompilationError(f"{where}: a reduction in a dot's epilogue is not supported")
+    leaves = view_nodes(epilogue)
     outs = _merge_groups([out] + [n.view for n in leaves if n.view is not None],
                          [(nb, len(lf)), (nb + len(lf), len(rf))])
     if lhs_n is None or rhs_n is None or outs is None:
         raise CompilationError(f"{where}: dot whose free or contracting dimensions cannot be merged "
                                f"into one (lhs {lhs.dims}, rhs {rhs.dims})")
-    epilogue = substitute_leaves(epilogue, {id(n): v for n, v in zip(leaves, outs[1:], strict=True)})
+    epilogue = substitute_views(epilogue, {id(n): v for n, v in zip(leaves, outs[1:], strict=True)})
     return DotPlan(name, where, lhs_n[0], rhs_n[0], outs[0], epilogue,
                    compute_dtype(lhs, rhs, where))
 
@@ -145,16 +149,19 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     index0 = (0,) * nb
     stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat")
     mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov")
-    loader = LeafLoader(builder, plan.epilogue, p_axis, f_axis, plan.name)
-    n_temps = temps_needed(plan.epilogue)
+    loader = LeafLoader(builder, plan.epilogue, p_axis, (f_axis,), plan.name)
+    temps = Temporaries("temps", mt)
+    dry_leaves = {key: dry_operand(kind) for key, kind in loader.kinds().items()}
+    dry_acc = AccessPattern("psum", "f32", 0, ((1, mt),), partitions=pmax)
+    temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, mt, dry_leaves, acc=dry_acc, coords=Coords(
+        p_axis, 0, ((f_axis, 0, mt),))).run(plan.epilogue, dry_acc))
 
     def pool_specs(resident: bool) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
         blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
-        specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-                 PoolSpec("temps", "sbuf", mt * 4, 2 * n_temps),
+        specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
                  PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
                           max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
@@ -176,6 +183,7 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         raise CompilationError(f"{plan.where}: needs {psum_banks} PSUM banks; lower psum_acc_banks")
     pools = builder.alloc.begin_kernel(plan.name, specs, plan.where)
     loader.bind(pools)
+    temps.bind(pools)
     builder.useful_macs += plan.macs
 
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
@@ -186,7 +194,7 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag)
         stat.bind(pools)
         mov.bind(pools)
-        loop = _Loop(builder, plan, pools, loader, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
+        loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
                      pmax, nk)
         loop.run(supers, f_tiles, groups, resident, F)
     builder.alloc.end_kernel()
@@ -197,9 +205,9 @@ class _Loop:
     K-tiles, with software-pipelined stationary loads and fused epilogues."""
 
     def __init__(self, builder: ProgramBuilder, plan: DotPlan, pools: dict[str, Pool], loader: LeafLoader,
-                 stat: KOperand, mov: KOperand, fixed: dict[int, int], tag: str, p_axis: int, f_axis: int,
-                 pmax: int, nk: int):
-        self.b, self.plan, self.pools, self.loader = builder, plan, pools, loader
+                 temps: Temporaries, stat: KOperand, mov: KOperand, fixed: dict[int, int], tag: str,
+                 p_axis: int, f_axis: int, pmax: int, nk: int):
+        self.b, self.plan, self.pools, self.loader, self.temps = builder, plan, pools, loader, temps
         self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
         self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
 
@@ -269,11 +277,13 @@ class _Loop:
         for p0, pw in sb:
             for f0, fw in grp:
                 label = f"{self.tag} p{p0} f{f0}"
-                operands = self.loader.load(self.fixed, p0, pw, f0, fw)
+                free = [(self.f_axis, f0, fw)]
+                operands = self.loader.load(self.fixed, p0, pw, free)
                 dst = self.pools["out"].next().flat(plan.out.dtype, pw, fw)
                 acc = accs[p0, f0].flat("f32", pw, fw)
-                TileEvaluator(self.b, self.pools["temps"], pw, fw, operands, acc=acc, label=label).run(
-                    plan.epilogue, dst)
+                coords = Coords(self.p_axis, p0, ((self.f_axis, f0, fw),), tuple(self.fixed.items()))
+                TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label,
+                              coords=coords).run(plan.epilogue, dst)
                 out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
                 self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
 

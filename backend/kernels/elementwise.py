@@ -1,20 +1,31 @@
-"""Elementwise kernels (kLoop fusions, lone elementwise ops, copies that materialize a view).
+"""Elementwise and row kernels: kLoop/kInput fusions, lone elementwise ops and free-axis reductions.
 
-The output's axes are put in its storage order and merged wherever every operand allows it; the minor
-axis becomes the free dim of a tile, the next one the partition dim, and any others are looped over.
-Each tile: load the leaves, evaluate the expression (expr.TileEvaluator), store.
+The kernel's logical dims are those of its expression. Axes are put in storage order and merged
+wherever every operand allows it, keeping the reduced axes apart from the others:
+- without reductions, the minor axis becomes the free dim of a tile (chunked), the next one the
+  partition dim, and any others are looped over;
+- with reductions (softmax, layer/RMS norm, a reduce), the reduced axes are the free dims and the
+  innermost kept axis goes on the partitions: a whole row sits in one tile, reductions are DVE
+  tensor_reduce / ACT accumulate into [P, 1] vectors, and their broadcast back is a per-partition
+  operand. A row too long for one tile is reduced chunk by chunk when nothing full-size depends on a
+  reduction (a reduce with an elementwise prologue); otherwise the kernel is refused.
+Each tile: load the leaves, evaluate the expression (evaluate.TileEvaluator), store.
 """
 
 from __future__ import annotations
 
 import itertools
+from math import prod
 
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
-from backend.kernels.expr import Node, TileEvaluator, leaf, substitute_leaves, temps_needed, unary, walk
+from backend.kernels.evaluate import Coords, PVec, Temporaries, TempStore, TileEvaluator, dry_operand
+from backend.kernels.expr import Node, leaf, substitute_views, unary, varies, view_nodes, walk
 from backend.kernels.leaves import LeafLoader
 from backend.layout import View, itemsize, normalize_axes
 from compiler.errors import CompilationError
+
+ROW_TEMP_SHARE = 0.6  # of the elementwise budget: a row kernel's temporaries at most
 
 
 def storage_order(view: View) -> list[int]:
@@ -22,62 +33,245 @@ def storage_order(view: View) -> list[int]:
     return sorted(range(view.rank), key=lambda a: (-view.strides[a], a))
 
 
-def elementwise_kernel(builder: ProgramBuilder, root: Node, out: View, name: str, where: str) -> None:
-    """Emit a kernel computing `root` (an expression over views with out's logical dims) into `out`."""
-    leaves = [n for n in walk(root) if n.op == "leaf"]
+def merge_groups(views: list[View], groups: list[list[int]]) -> tuple[list[View], list[list[int]]]:
+    """Merge adjacent axes (in each group's order, major to minor) wherever every view allows it;
+    never across groups. Returns the views and the groups renumbered."""
+    for g in range(len(groups)):
+        pos = 0
+        while pos + 1 < len(groups[g]):
+            a, b = groups[g][pos], groups[g][pos + 1]
+            merged = [v.merge_axes(a) for v in views] if b == a + 1 else [None]
+            if any(m is None for m in merged):
+                pos += 1
+                continue
+            views = [m for m in merged if m is not None]
+            groups = [[x if x < b else x - 1 for x in grp if x != b] for grp in groups]
+    return views, groups
+
+
+class _Plan:
+    """Axis roles of one kernel: partition axis, free axes (full rows when reducing), loop axes."""
+
+    def __init__(self, builder: ProgramBuilder, root: Node, out: View, reduce_axes: tuple[int, ...]):
+        nodes = view_nodes(root)
+        views = [out] + [n.view for n in nodes if n.view is not None]
+        if out.rank == 0:
+            views = [v.insert_axis(0) for v in views]
+        kept = [a for a in storage_order(views[0]) if a not in reduce_axes]
+        main = max(views[1:], key=lambda v: sum(1 for a in reduce_axes if v.strides[a]), default=views[0])
+        red = sorted(reduce_axes, key=lambda a: (-main.strides[a], a))
+        views, (kept, red) = merge_groups(views, [kept, red])
+        if not red and len(kept) == 1 and views[0].dims[kept[0]] >= 256 and views[0].dims[kept[0]] % 128 == 0:
+            views = [v.split_axis(kept[0], views[0].dims[kept[0]] // 128) for v in views]
+            kept = [kept[0], kept[0] + 1]
+        self.out = views[0]
+        self.root = substitute_views(root, {id(n): v for n, v in zip(nodes, views[1:], strict=True)})
+        self.reducing = bool(red)
+        self.free = tuple(red) if red else (kept[-1],)
+        rest = kept if red else kept[:-1]
+        self.p_axis = rest[-1] if rest else None
+        self.loops = rest[:-1]
+        self.P = self.out.dims[self.p_axis] if self.p_axis is not None else 1
+        self.pmax = min(builder.target.partitions, self.P)
+        self.F = prod(self.out.dims[a] for a in self.free)
+
+
+def fused_kernel(builder: ProgramBuilder, root: Node, out: View, name: str, where: str,
+                 reduce_axes: tuple[int, ...] = ()) -> None:
+    """Emit a kernel computing `root` (an expression in out's logical dims, reducing over `reduce_axes`)
+    into `out`; a root constant along reduce_axes is stored from a [P, 1] vector (out has stride 0
+    along them)."""
     if any(n.op == "acc" for n in walk(root)):
         raise CompilationError(f"{where}: an accumulator outside a dot kernel")
-    views = [out] + [n.view for n in leaves if n.view is not None]
-    if out.rank == 0:
-        views = [v.insert_axis(0) for v in views]
-    order = storage_order(views[0])
-    views, order = normalize_axes(views, order)
-    if len(order) == 1 and views[0].dims[0] >= 256 and views[0].dims[0] % 128 == 0:
-        views = [v.split_axis(0, views[0].dims[0] // 128) for v in views]
-        order = [0, 1]
-    out_v = views[0]
-    root = substitute_leaves(root, {id(n): v for n, v in zip(leaves, views[1:], strict=True)})
-    f_axis = order[-1]
-    p_axis = order[-2] if len(order) >= 2 else None
-    loop_axes = order[:-2]
-    parts = builder.target.partitions
-    P = out_v.dims[p_axis] if p_axis is not None else 1
-    F = out_v.dims[f_axis]
-    pmax = min(parts, P)
+    plan = _Plan(builder, root, out, reduce_axes)
+    if plan.reducing:
+        _RowKernel(builder, plan, name, where).emit()
+    else:
+        _LoopKernel(builder, plan, name, where).emit()
 
-    n_temps = temps_needed(root)
-    fw_max = min(builder.options.elementwise_free, F)
-    budget = builder.options.elementwise_budget_bytes
-    while True:
-        loader = LeafLoader(builder, root, p_axis, f_axis, name)
-        f_tiles = -(-F // fw_max)
-        specs = [PoolSpec("temps", "sbuf", fw_max * 4, 2 * n_temps),
-                 PoolSpec("out", "sbuf", fw_max * itemsize(out_v.dtype), builder.options.output_buffers)]
-        specs += loader.specs(pmax, fw_max, f_tiles, budget // 4)
-        if builder.alloc.sbuf_need(specs) <= min(budget, builder.alloc.sbuf_capacity()) or fw_max <= 64:
-            break
-        fw_max = max(64, fw_max // 2)
-    pools = builder.alloc.begin_kernel(name, specs, where)
-    loader.bind(pools)
-    for idx in itertools.product(*(range(out_v.dims[a]) for a in loop_axes)):
-        fixed = dict(zip(loop_axes, idx, strict=True))
-        for p0 in range(0, P, parts):
-            pw = min(parts, P - p0)
-            for f0 in range(0, F, fw_max):
-                fw = min(fw_max, F - f0)
-                label = f"{name}[{','.join(map(str, idx))}{',' if idx else ''}{p0},{f0}]"
-                operands = loader.load(fixed, p0, pw, f0, fw)
-                dst = pools["out"].next().flat(out_v.dtype, pw, fw)
-                TileEvaluator(builder, pools["temps"], pw, fw, operands, label=label).run(root, dst)
-                builder.dma(out_v.hbm_ap(p_axis, p0, pw, [(f_axis, f0, fw)], fixed), dst, f"{label} store")
-    builder.alloc.end_kernel()
+
+class _Kernel:
+    def __init__(self, builder: ProgramBuilder, plan: _Plan, name: str, where: str):
+        self.b, self.plan, self.name, self.where = builder, plan, name, where
+        self.loader = LeafLoader(builder, plan.root, plan.p_axis, plan.free, name)
+        # the output varies along the free axes (else it is stored from a [P, 1] vector)
+        self.full_root = any(plan.out.strides[a] != 0 and plan.out.dims[a] > 1 for a in plan.free)
+
+    def tiles(self, fw_max: int):
+        """(label, fixed, p0, pw, free) of every tile, free chunked along the outermost free axis."""
+        plan, parts = self.plan, self.b.target.partitions
+        outer, inner = plan.free[0], plan.free[1:]
+        inner_ext = [(a, 0, plan.out.dims[a]) for a in inner]
+        step = max(1, fw_max // max(1, prod(plan.out.dims[a] for a in inner)))
+        for idx in itertools.product(*(range(plan.out.dims[a]) for a in plan.loops)):
+            fixed = dict(zip(plan.loops, idx, strict=True))
+            for p0 in range(0, plan.P, parts):
+                pw = min(parts, plan.P - p0)
+                chunks = [[(outer, f0, min(step, plan.out.dims[outer] - f0))] + inner_ext
+                          for f0 in range(0, plan.out.dims[outer], step)]
+                yield f"{self.name}[{','.join(map(str, idx))}{',' if idx else ''}{p0}]", fixed, p0, pw, chunks
+
+    def dry_leaves(self) -> dict[int, object]:
+        return {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
+
+    def store(self, dst, fixed, p0, pw, free, label: str) -> None:
+        plan = self.plan
+        stored = free if self.full_root else [(a, 0, 1) for a, _, _ in free]
+        self.b.dma(plan.out.hbm_ap(plan.p_axis, p0, pw, stored, fixed), dst, f"{label} store")
+
+
+class _LoopKernel(_Kernel):
+    """No reductions: tiles of [128, fw] along the minor axis."""
+
+    def emit(self) -> None:
+        b, plan = self.b, self.plan
+        fw_max = min(b.options.elementwise_free, plan.F)
+        budget = b.options.elementwise_budget_bytes
+        while True:
+            temps = Temporaries("temps", fw_max)
+            temps.measure(lambda bb, store, f=fw_max: self.evaluate(bb, store, self.dry_leaves(), plan.pmax, f,
+                                                                    None, self._dst(None, plan.pmax, f)))
+            f_tiles = -(-plan.F // fw_max)
+            specs = temps.specs() + [PoolSpec("out", "sbuf", fw_max * itemsize(plan.out.dtype),
+                                              b.options.output_buffers)]
+            specs += self.loader.specs(plan.pmax, fw_max, f_tiles, budget // 4)
+            if b.alloc.sbuf_need(specs) <= min(budget, b.alloc.sbuf_capacity()) or fw_max <= 64:
+                break
+            fw_max = max(64, fw_max // 2)
+        pools = b.alloc.begin_kernel(self.name, specs, self.where)
+        self.loader.bind(pools)
+        temps.bind(pools)
+        for label, fixed, p0, pw, chunks in self.tiles(fw_max):
+            for free in chunks:
+                fw = prod(n for _, _, n in free)
+                tlabel = f"{label},{free[0][1]}"
+                operands = self.loader.load(fixed, p0, pw, free)
+                dst = self._dst(pools["out"].next(), pw, fw)
+                coords = Coords(plan.p_axis, p0, tuple(tuple(f) for f in free), tuple(fixed.items()))
+                self.evaluate(b, temps.store(), operands, pw, fw, coords, dst, tlabel)
+                self.store(dst, fixed, p0, pw, free, tlabel)
+        b.alloc.end_kernel()
+
+    def _dst(self, tile, pw: int, fw: int):
+        from isa.program import AccessPattern
+
+        dtype = self.plan.out.dtype
+        if tile is None:
+            return AccessPattern("sbuf", dtype, 0, ((1, fw if self.full_root else 1),), partitions=pw)
+        return tile.flat(dtype, pw, fw if self.full_root else 1)
+
+    def evaluate(self, b, temps: TempStore, operands, pw, fw, coords, dst, label: str = "") -> None:
+        coords = coords or Coords(self.plan.p_axis, 0, tuple((a, 0, fw) for a in self.plan.free))
+        TileEvaluator(b, temps, pw, fw, operands, label=label, coords=coords).run(self.plan.root, dst)
+
+
+class _RowKernel(_LoopKernel):
+    """Reductions over the free axes: whole rows per tile, or chunked reductions."""
+
+    def emit(self) -> None:
+        b, plan = self.b, self.plan
+        budget = min(b.options.elementwise_budget_bytes, b.alloc.sbuf_capacity())
+        reduces = [n for n in walk(plan.root) if n.is_reduce]
+        fw_max, chunked = plan.F, False
+        temps, specs = self._measure(fw_max, False, reduces)
+        if b.alloc.sbuf_need(specs) > budget:
+            if self._depends_on_reduce():
+                raise CompilationError(f"{self.where}: a row of {plan.F} elements is too long for one tile "
+                                       f"({b.alloc.sbuf_need(specs)} bytes per partition) and its reductions "
+                                       f"feed full-size values, so it cannot be reduced chunk by chunk")
+            chunked = True
+            while True:
+                temps, specs = self._measure(fw_max, True, reduces)
+                if b.alloc.sbuf_need(specs) <= budget or fw_max <= 64:
+                    break
+                fw_max = max(64, fw_max // 2)
+        pools = b.alloc.begin_kernel(self.name, specs, self.where)
+        self.loader.bind(pools)
+        temps.bind(pools)
+        for label, fixed, p0, pw, chunks in self.tiles(fw_max):
+            coords = [Coords(plan.p_axis, p0, tuple(tuple(f) for f in free), tuple(fixed.items())) for free in chunks]
+            if not chunked:
+                operands = self.loader.load(fixed, p0, pw, chunks[0])
+                dst = self._dst(pools["out"].next(), pw, plan.F)
+                self.evaluate(b, temps.store(), operands, pw, plan.F, coords[0], dst, label)
+                self.store(dst, fixed, p0, pw, chunks[0], label)
+                continue
+            accs = {id(r): pools["racc"].next().flat("f32", pw, 1) for r in reduces}
+            for i, free in enumerate(chunks):
+                fw = prod(n for _, _, n in free)
+                operands = self.loader.load(fixed, p0, pw, free)
+                self._chunk(b, temps.store(), operands, pw, fw, coords[i], reduces, accs, i, f"{label},{free[0][1]}")
+            dst = self._dst(pools["out"].next(), pw, 1)
+            preset = {key: PVec(ap) for key, ap in accs.items()}
+            TileEvaluator(b, temps.store(), pw, 1, operands, label=label, coords=coords[-1],
+                          preset=preset).run(plan.root, dst)
+            self.store(dst, fixed, p0, pw, chunks[0], label)
+        b.alloc.end_kernel()
+
+    def _measure(self, fw: int, chunked: bool, reduces: list[Node]) -> tuple[Temporaries, list[PoolSpec]]:
+        """The temporaries (by a dry run) and all pools of tiles with `fw` free elements."""
+        plan = self.plan
+        temps = Temporaries("temps", fw)
+        leaves = self.dry_leaves()
+        if not chunked:
+            temps.measure(lambda bb, store: self.evaluate(bb, store, leaves, plan.pmax, fw, None,
+                                                          self._dst(None, plan.pmax, fw)))
+            return temps, self._specs(temps, fw, 1)
+
+        def dry(bb, store) -> None:
+            self._chunk(bb, store, leaves, plan.pmax, fw, None, reduces, None)
+            preset = {id(r): dry_operand("V") for r in reduces}
+            TileEvaluator(bb, store, plan.pmax, 1, leaves, preset=preset).run(plan.root, self._dst(None, plan.pmax, 1))
+
+        temps.measure(dry)
+        return temps, self._specs(temps, fw, -(-plan.F // fw)) + [PoolSpec("racc", "sbuf", 4, 2 * len(reduces))]
+
+    def _specs(self, temps: Temporaries, fmax: int, f_tiles: int) -> list[PoolSpec]:
+        plan = self.plan
+        specs = temps.specs() + [PoolSpec("out", "sbuf", (fmax if self.full_root else 1) * itemsize(plan.out.dtype),
+                                          2)]
+        return specs + self.loader.specs(plan.pmax, fmax, f_tiles, 0)
+
+    def _depends_on_reduce(self) -> bool:
+        """Does a full-size value (varying along the free axes) depend on a reduction?"""
+        full = varies(self.plan.root, self.plan.free)
+        after: dict[int, bool] = {}
+        for node in walk(self.plan.root):
+            after[id(node)] = node.is_reduce or any(after[id(i)] for i in node.inputs)
+            if full[id(node)] and any(after[id(i)] for i in node.inputs):
+                return True
+        return False
+
+    def _chunk(self, b, temps: TempStore, operands, pw, fw, coords, reduces, accs, index: int = 0,
+               label: str = "") -> None:
+        """Reduce one chunk of the row into the running accumulators."""
+        coords = coords or Coords(self.plan.p_axis, 0, tuple((a, 0, fw) for a in self.plan.free))
+        partial = TileEvaluator(b, temps, pw, fw, operands, label=label, coords=coords).values(reduces)
+        if accs is None:
+            return
+        for node, value in zip(reduces, partial, strict=True):
+            acc, op = accs[id(node)], node.op[len("reduce_"):]
+            if index == 0:
+                if isinstance(value, PVec):
+                    b.copy(acc, value.ap, f"{label} {node.op}")
+                else:
+                    b.memset(acc, value.value, f"{label} {node.op}")  # type: ignore[union-attr]
+            elif isinstance(value, PVec):
+                b.tensor_tensor(acc, acc, value.ap, op, f"{label} {node.op} combine")
+            else:
+                b.tensor_scalar(acc, acc, op, value.value, f"{label} {node.op} combine")  # type: ignore[union-attr]
+
+
+def elementwise_kernel(builder: ProgramBuilder, root: Node, out: View, name: str, where: str) -> None:
+    """A kernel computing the elementwise expression `root` into `out`."""
+    fused_kernel(builder, root, out, name, where)
 
 
 def copy_kernel(builder: ProgramBuilder, src: View, out: View, name: str, where: str) -> None:
     """Materialize `src` into `out` (same logical dims): HBM-to-HBM DMA when no cast is pending,
     else through SBUF with a converting copy."""
     if src.cast is not None or src.dtype != out.dtype:
-        elementwise_kernel(builder, unary("convert", leaf(src), out.dtype), out, name, where)
+        fused_kernel(builder, unary("convert", leaf(src), out.dtype), out, name, where)
         return
     builder.place(src)
     views = [out, src]

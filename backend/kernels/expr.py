@@ -1,47 +1,69 @@
-"""Elementwise expression DAGs and their lowering onto one [P, F] tile.
+"""Elementwise expression DAGs with free-axis reductions: what a fused kernel computes per tile.
 
-Both kernel kinds use this: a kLoop fusion (or a lone elementwise op) is an expression over HBM views,
-and a dot kernel's epilogue is an expression over the PSUM accumulator (`acc`) and HBM views.
+Every kernel that applies elementwise math builds one: a kLoop/kInput fusion (or a lone elementwise op
+or reduce) is an expression over HBM views, a dot kernel's epilogue an expression over the PSUM
+accumulator (`acc`) and views. All nodes of one expression live in the kernel's iteration space (its
+logical dims); a node that does not vary along some axes (a reduction result, a broadcast leaf) is
+simply constant along them. `evaluate.TileEvaluator` maps the nodes of one tile onto instructions.
 
-Instruction selection (per node, greedy, table driven):
-- ACT computes `func(src * scale + bias)` in one pass: a chain `func?(add?(mul?(x, s), b))` whose
-  intermediate nodes have one use becomes one `activation` (s: scalar or per-partition vector, b: a
-  per-partition vector).
-- other binary ops: DVE/POOL `tensor_tensor`, or `tensor_scalar` when one side is a scalar constant.
-- unary functions: ACT `activation`; convert/copy: `tensor_copy` (or ACT copy), rounding to the dtype.
+Node ops are ISA names where one exists: ALU ops (`add`, `is_gt`, `logical_and`...), ACT functions
+(`exp`, `rsqrt`...), plus `convert`/`copy`, `negate`, `select`, `reduce_add`/`reduce_max`/`reduce_min`
+(over the tile's free axes) and the operands `leaf` (a view), `iota` (an index ramp, as a view of a
+virtual buffer), `acc` and `scalar`. Composite HLO ops (abs, sign, clamp, expm1, log1p, not) are
+built from these when the node is created.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass
 
-from backend.alloc import Pool
-from backend.emit import ProgramBuilder
-from backend.layout import View
+from backend.layout import Buffer, View
 from compiler.errors import CompilationError
 from compiler.hlo.ir import Instruction as HloInstruction
-from isa.program import AccessPattern
 
-# HLO opcode (or custom-call target) -> node op. Node ops that are ACT functions keep the ISA name.
+# HLO opcode -> node op (unary ops whose node op is an ACT function keep the ISA name).
 HLO_UNARY: dict[str, str] = {
     "tanh": "tanh", "logistic": "sigmoid", "exponential": "exp", "log": "log", "sqrt": "sqrt",
-    "rsqrt": "rsqrt", "negate": "negate", "copy": "copy", "convert": "convert",
+    "rsqrt": "rsqrt", "negate": "negate", "copy": "copy", "convert": "convert", "abs": "abs",
+    "sign": "sign", "not": "not", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
 }
 CUSTOM_CALL_UNARY: dict[str, str] = {"gelu": "gelu", "gelu_tanh": "gelu_tanh"}
 HLO_BINARY: dict[str, str] = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
-    "maximum": "max", "minimum": "min", "power": "pow",
+    "maximum": "max", "minimum": "min", "power": "pow", "and": "and", "or": "or", "xor": "xor",
 }
-ACT_FUNCS = frozenset({"tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "relu"})
-COMMUTATIVE = frozenset({"add", "multiply", "max", "min"})
+COMPARE_DIRECTIONS: dict[str, str] = {
+    "EQ": "is_equal", "NE": "not_equal", "GT": "is_gt", "GE": "is_ge", "LT": "is_lt", "LE": "is_le",
+}
+# reducer computation root opcode -> reduction (pred and/or reduce like min/max of 0/1)
+REDUCERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "and": "min", "or": "max"}
+REDUCE_IDENTITY: dict[str, float] = {"add": 0.0, "max": -math.inf, "min": math.inf}
+ACT_FUNCS = frozenset({"tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "relu",
+                       "reciprocal", "square", "silu"})
+ALU_BINARY = frozenset({"add", "subtract", "multiply", "divide", "max", "min", "pow", "is_equal", "not_equal",
+                        "is_gt", "is_ge", "is_lt", "is_le", "logical_and", "logical_or", "bitwise_and",
+                        "bitwise_or", "bitwise_xor"})
+# a op b == b op' a
+SWAPPED: dict[str, str] = {
+    "add": "add", "multiply": "multiply", "max": "max", "min": "min", "is_equal": "is_equal",
+    "not_equal": "not_equal", "is_gt": "is_lt", "is_lt": "is_gt", "is_ge": "is_le", "is_le": "is_ge",
+    "logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "bitwise_and",
+    "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+}
+REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min")
+PRED = "i8"  # the backend stores HLO pred as int8 0/1
+
+# The virtual buffer behind iota views: element e has the value e.
+IOTA = Buffer("f32", 1 << 62, name="<iota>")
 
 
 @dataclass(eq=False)
 class Node:
-    """One value of an elementwise expression.
+    """One value of an expression.
 
-    op: "leaf" (an HBM view with the output's logical dims), "acc" (the matmul accumulator in PSUM),
-    "scalar" (an immediate), or a node op of the tables above.
+    op: "leaf" (`view` with the kernel's logical dims), "iota" (`view` of IOTA), "acc" (the matmul
+    accumulator), "scalar" (`value`), or an operation on `inputs`.
     """
 
     op: str
@@ -50,6 +72,14 @@ class Node:
     view: View | None = None
     value: float = 0.0
     inst: HloInstruction | None = None
+
+    @property
+    def is_reduce(self) -> bool:
+        return self.op in REDUCE_OPS
+
+
+def where_of(node: Node) -> str:
+    return node.inst.where() if node.inst is not None else f"elementwise {node.op}"
 
 
 def leaf(view: View, inst: HloInstruction | None = None) -> Node:
@@ -64,27 +94,82 @@ def leaf(view: View, inst: HloInstruction | None = None) -> Node:
     return Node("leaf", view.dtype, view=view, inst=inst)
 
 
+def iota(dims: tuple[int, ...], axis: int, dtype: str, inst: HloInstruction | None = None) -> Node:
+    """The index along `axis` of an array of `dims`."""
+    strides = tuple(1 if a == axis else 0 for a in range(len(dims)))
+    return Node("iota", dtype, view=View(IOTA, tuple(dims), strides), inst=inst)
+
+
+def scalar(value: float, dtype: str, inst: HloInstruction | None = None) -> Node:
+    return Node("scalar", dtype, value=float(value), inst=inst)
+
+
 def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
-    if op in ("convert", "copy") and x.dtype == dtype:
-        return x
-    if x.op == "scalar" and op in ("convert", "copy"):
-        return Node("scalar", dtype, value=x.value, inst=inst)
+    """A unary node; composite ops become several nodes."""
+    if op in ("convert", "copy"):
+        if x.dtype == dtype:
+            return x
+        if x.op == "scalar":
+            return scalar(x.value, dtype, inst)
+        return Node(op, dtype, (x,), inst=inst)
+    if op == "abs":  # max(x, -x)
+        return Node("max", dtype, (x, Node("negate", dtype, (x,), inst=inst)), inst=inst)
+    if op == "sign":  # (x > 0) - (x < 0)
+        zero = scalar(0.0, dtype, inst)
+        return Node("subtract", dtype, (Node("is_gt", dtype, (x, zero), inst=inst),
+                                        Node("is_lt", dtype, (x, zero), inst=inst)), inst=inst)
+    if op == "expm1":
+        return Node("subtract", dtype, (Node("exp", dtype, (x,), inst=inst), scalar(1.0, dtype, inst)), inst=inst)
+    if op == "log1p":
+        return Node("log", dtype, (Node("add", dtype, (x, scalar(1.0, dtype, inst)), inst=inst),), inst=inst)
+    if op == "not":
+        if dtype == PRED:
+            return Node("is_equal", dtype, (x, scalar(0.0, dtype, inst)), inst=inst)
+        return Node("bitwise_xor", dtype, (x, scalar(-1.0, dtype, inst)), inst=inst)
+    if op not in ACT_FUNCS and op != "negate":
+        raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: unary op {op!r} has no instruction mapping")
     return Node(op, dtype, (x,), inst=inst)
 
 
 def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
-    if op == "max" and b.op == "scalar" and b.value == 0.0:
+    """A binary node: HLO names (and/or/xor) become the logical (pred) or bitwise (int) ALU op."""
+    if op in ("and", "or", "xor"):
+        if a.dtype == PRED:
+            op = {"and": "logical_and", "or": "logical_or", "xor": "not_equal"}[op]
+        else:
+            op = f"bitwise_{op}"
+    if op == "max" and b.op == "scalar" and b.value == 0.0 and a.dtype != PRED:
         return Node("relu", dtype, (a,), inst=inst)
-    if op == "max" and a.op == "scalar" and a.value == 0.0:
+    if op == "max" and a.op == "scalar" and a.value == 0.0 and b.dtype != PRED:
         return Node("relu", dtype, (b,), inst=inst)
+    if op not in ALU_BINARY:
+        raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: binary op {op!r} has no instruction mapping")
     return Node(op, dtype, (a, b), inst=inst)
 
 
-def walk(root: Node) -> list[Node]:
-    """Nodes reachable from root, inputs before users."""
+def select(pred: Node, on_true: Node, on_false: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
+    return Node("select", dtype, (pred, on_true, on_false), inst=inst)
+
+
+def clamp(lo: Node, x: Node, hi: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
+    return Node("min", dtype, (Node("max", dtype, (x, lo), inst=inst), hi), inst=inst)
+
+
+def reduce(kind: str, x: Node, init: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
+    """Reduction of `x` over the kernel's free axes with `kind` in add/max/min, combined with `init`
+    unless it is the identity."""
+    node = Node(f"reduce_{kind}", dtype, (x,), inst=inst)
+    if init.op == "scalar" and init.value == REDUCE_IDENTITY[kind]:
+        return node
+    return binary(kind, node, init, dtype, inst)
+
+
+def walk(root: Node | list[Node]) -> list[Node]:
+    """Nodes reachable from root(s), inputs before users (depth first, first input first)."""
     order: list[Node] = []
     seen: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    roots = root if isinstance(root, list) else [root]
+    stack: list[tuple[Node, bool]] = [(r, False) for r in reversed(roots)]
     while stack:
         node, done = stack.pop()
         if done:
@@ -98,198 +183,60 @@ def walk(root: Node) -> list[Node]:
     return order
 
 
-def substitute_leaves(root: Node, views: dict[int, View]) -> Node:
-    """A copy of the expression whose leaves (by id) read the given replacement views."""
+def view_nodes(root: Node | list[Node]) -> list[Node]:
+    """The nodes that read a view (leaves and iotas), in walk order."""
+    return [n for n in walk(root) if n.view is not None]
+
+
+def substitute_views(root: Node, views: dict[int, View]) -> Node:
+    """A copy of the expression whose view nodes (by id) read the given replacement views."""
     memo: dict[int, Node] = {}
     for node in walk(root):
-        if node.op == "leaf":
-            memo[id(node)] = Node("leaf", node.dtype, view=views[id(node)], inst=node.inst)
+        if node.view is not None:
+            memo[id(node)] = Node(node.op, node.dtype, view=views[id(node)], inst=node.inst)
         elif node.inputs:
             memo[id(node)] = Node(node.op, node.dtype, tuple(memo[id(i)] for i in node.inputs),
-                                  node.view, node.value, node.inst)
+                                  None, node.value, node.inst)
         else:
             memo[id(node)] = node
     return memo[id(root)]
 
 
+substitute_leaves = substitute_views
+
+
 def temps_needed(root: Node) -> int:
-    """Upper bound of the temporary tiles one evaluation of `root` takes."""
+    """Temporaries one evaluation of `root` may take (TileEvaluator with a rotating pool): an output and
+    up to two scratch operands per operation."""
     nodes = walk(root)
-    ops = sum(1 for n in nodes if n.op not in ("leaf", "acc", "scalar"))
-    leaves = sum(1 for n in nodes if n.op in ("leaf", "scalar"))
-    return ops + leaves + 1
+    return 3 * sum(1 for n in nodes if n.inputs or n.op == "iota") + 1
 
 
-# -- operands of one tile -------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Tensor:
-    """A full [P, F] tile operand."""
-
-    ap: AccessPattern
+def has_reduce(root: Node) -> bool:
+    return any(n.is_reduce for n in walk(root))
 
 
-@dataclass(frozen=True)
-class Scalar:
-    value: float
-
-
-@dataclass(frozen=True)
-class PVec:
-    """A per-partition [P, 1] vector, broadcast along the free dim."""
-
-    ap: AccessPattern
-
-
-Operand = Tensor | Scalar | PVec
-
-
-@dataclass
-class TileEvaluator:
-    """Evaluates an expression for one tile of [pw partitions x fw free elements].
-
-    `leaves` maps leaf nodes to their loaded operand, `acc` is the accumulator's PSUM pattern.
-    Temporaries rotate through `temps` (buffers sized for fw elements of 4 bytes).
-    """
-
-    builder: ProgramBuilder
-    temps: Pool
-    pw: int
-    fw: int
-    leaves: dict[int, Operand]
-    acc: AccessPattern | None = None
-    label: str = ""
-    _memo: dict[int, Operand] = field(default_factory=dict)
-    _uses: dict[int, int] = field(default_factory=dict)
-
-    def run(self, root: Node, dst: AccessPattern) -> None:
-        """Compute `root` into `dst` ([pw, fw] in SBUF)."""
-        for node in walk(root):
-            for i in node.inputs:
-                self._uses[id(i)] = self._uses.get(id(i), 0) + 1
-        result = self._eval(root, dst)
-        if isinstance(result, Tensor) and result.ap is dst:
-            return
-        self._materialize(result, dst)
-
-    # -- helpers --------------------------------------------------------------------------------------------
-    def _temp(self, dtype: str) -> AccessPattern:
-        return self.temps.next().flat(dtype, self.pw, self.fw)
-
-    def _materialize(self, operand: Operand, dst: AccessPattern) -> AccessPattern:
-        b = self.builder
-        if isinstance(operand, Tensor):
-            b.copy(dst, operand.ap, f"{self.label} copy")
-        elif isinstance(operand, Scalar):
-            b.emit("dve", "memset", f"{self.label} fill", {"value": float(operand.value)}, dst=dst)
-        else:
-            zero = self._temp("f32")
-            b.emit("dve", "memset", f"{self.label} zero", {"value": 0.0}, dst=zero)
-            b.activation(dst, zero, "identity", bias=operand.ap, comment=f"{self.label} expand vector")
-        return dst
-
-    def _tensor(self, operand: Operand, dtype: str = "f32") -> AccessPattern:
-        if isinstance(operand, Tensor):
-            return operand.ap
-        return self._materialize(operand, self._temp(dtype))
-
-    def _single_use(self, node: Node) -> bool:
-        return self._uses.get(id(node), 0) <= 1 and id(node) not in self._memo
-
-    # -- evaluation -----------------------------------------------------------------------------------------
-    def _eval(self, node: Node, dst: AccessPattern | None = None) -> Operand:
-        key = id(node)
-        if key in self._memo:
-            return self._memo[key]
-        if node.op == "leaf":
-            result: Operand = self.leaves[key]
+def varies(root: Node, axes: tuple[int, ...]) -> dict[int, bool]:
+    """For every node (by id): does its value vary along any of `axes`? (acc always does.)"""
+    result: dict[int, bool] = {}
+    for node in walk(root):
+        if node.view is not None:
+            v = node.view
+            result[id(node)] = any(v.strides[a] != 0 and v.dims[a] > 1 for a in axes)
         elif node.op == "acc":
-            assert self.acc is not None
-            result = Tensor(self.acc)
-        elif node.op == "scalar":
-            result = Scalar(node.value)
+            result[id(node)] = True
+        elif node.is_reduce or node.op == "scalar":
+            result[id(node)] = False
         else:
-            out = dst if dst is not None else self._temp(node.dtype)
-            result = self._lower(node, out)
-        self._memo[key] = result
-        return result
-
-    def _lower(self, node: Node, out: AccessPattern) -> Operand:
-        act = self._match_act(node)
-        if act is not None:
-            src, func, scale, bias = act
-            scale_vec = scale.ap if isinstance(scale, PVec) else None
-            imm = scale.value if isinstance(scale, Scalar) else 1.0
-            self.builder.activation(out, self._tensor(src), func, bias=bias.ap if bias else None, scale=imm,
-                                    scale_vec=scale_vec, comment=f"{self.label} {node.op}")
-            return Tensor(out)
-        op, b = node.op, self.builder
-        if op in ("convert", "copy"):
-            b.copy(out, self._tensor(self._eval(node.inputs[0])), f"{self.label} {op}")
-        elif op == "negate":
-            b.tensor_scalar(out, self._tensor(self._eval(node.inputs[0])), "multiply", -1.0, f"{self.label} neg")
-        elif op in ("add", "subtract", "multiply", "divide", "max", "min", "pow"):
-            self._binary(node, out)
-        else:
-            raise CompilationError(f"{_where(node)}: elementwise op {op!r} has no instruction mapping")
-        return Tensor(out)
-
-    def _binary(self, node: Node, out: AccessPattern) -> None:
-        x, y = (self._eval(i) for i in node.inputs)
-        op, b = node.op, self.builder
-        if isinstance(y, Scalar) and not isinstance(x, Scalar):
-            b.tensor_scalar(out, self._tensor(x), op, y.value, f"{self.label} {op} imm")
-        elif isinstance(x, Scalar) and op in COMMUTATIVE and not isinstance(y, Scalar):
-            b.tensor_scalar(out, self._tensor(y), op, x.value, f"{self.label} {op} imm")
-        else:
-            b.tensor_tensor(out, self._tensor(x), self._tensor(y), op, f"{self.label} {op}")
-
-    def _match_act(self, node: Node) -> tuple[Operand, str, Operand | None, PVec | None] | None:
-        """Match func?(add?(mul?(x, scale), bias)) for one ACT instruction; None if nothing fits."""
-        func, cur, matched = "identity", node, False
-        if cur.op in ACT_FUNCS:
-            func, cur, matched = cur.op, cur.inputs[0], True
-            if not self._single_use(cur) or cur.op in ("leaf", "acc", "scalar"):
-                return self._eval(cur), func, None, None
-        bias: PVec | None = None
-        if cur.op == "add" and (cur is node or self._single_use(cur)):
-            for i, j in ((0, 1), (1, 0)):
-                operand = self._peek(cur.inputs[j])
-                if isinstance(operand, PVec):
-                    bias, cur, matched = operand, cur.inputs[i], True
-                    break
-        scale: Operand | None = None
-        if cur.op in ("multiply", "divide", "negate") and (cur is node or self._single_use(cur)):
-            if cur.op == "negate":
-                scale, cur = Scalar(-1.0), cur.inputs[0]
-            else:
-                pairs = ((0, 1), (1, 0)) if cur.op == "multiply" else ((0, 1),)
-                for i, j in pairs:
-                    operand = self._peek(cur.inputs[j])
-                    if isinstance(operand, Scalar) and cur.op == "divide":
-                        scale, cur = Scalar(1.0 / operand.value), cur.inputs[i]
-                        break
-                    if isinstance(operand, Scalar | PVec) and cur.op == "multiply":
-                        scale, cur = operand, cur.inputs[i]
-                        break
-            matched = matched or isinstance(scale, PVec) or (
-                scale is not None and (bias is not None or self._reads_psum(cur)))
-        if not matched or cur.op == "scalar":
-            return None
-        src = self._eval(cur)
-        if isinstance(src, Scalar | PVec):
-            return None
-        return src, func, scale, bias
-
-    def _peek(self, node: Node) -> Operand | None:
-        if node.op == "scalar":
-            return Scalar(node.value)
-        if node.op == "leaf":
-            return self.leaves[id(node)]
-        return None
-
-    def _reads_psum(self, node: Node) -> bool:
-        return node.op == "acc"
+            result[id(node)] = any(result[id(i)] for i in node.inputs)
+    return result
 
 
-def _where(node: Node) -> str:
-    return node.inst.where() if node.inst is not None else f"elementwise {node.op}"
+
+def __getattr__(name: str):
+    """TileEvaluator (evaluate.py) is re-exported lazily for kernels built on this module (no import cycle)."""
+    if name == "TileEvaluator":
+        from backend.kernels.evaluate import TileEvaluator
+
+        return TileEvaluator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

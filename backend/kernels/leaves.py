@@ -1,8 +1,8 @@
-"""Loading the HBM operands (leaves) of an elementwise expression, tile by tile, with caching.
+"""Loading the HBM operands (leaves) of an expression, tile by tile, with caching.
 
-How a leaf is read depends on its strides along the tile's partition axis (p) and free axis (f):
-- "pvec":   stride 0 along f (e.g. a bias along the partition axis): a [P, 1] vector, loaded once per
-            partition block and used as ACT's per-partition bias/scale.
+A tile is [pw partitions along p_axis x the free axes]; how a leaf is read depends on its strides:
+- "pvec":   stride 0 along every free axis (e.g. a bias along the partition axis, a per-row statistic):
+            a [P, 1] vector, loaded once per partition block and used as a per-partition operand.
 - "fbcast": stride 0 along p (e.g. a bias along the free axis): one DMA with partition_stride 0
             broadcasts the row to every partition; cached per free range, so reused across blocks.
 - "tensor": anything else: one DMA per tile.
@@ -10,19 +10,24 @@ How a leaf is read depends on its strides along the tile's partition axis (p) an
 
 from __future__ import annotations
 
+from math import prod
+
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
-from backend.kernels.expr import Node, Operand, PVec, Tensor, walk
+from backend.kernels.evaluate import Operand, PVec, Tensor
+from backend.kernels.expr import Node, walk
 from backend.layout import itemsize
 
 TENSOR_BUFFERS = 3
+Free = list[tuple[int, int, int]]  # (axis, start, count) per free axis, outermost first
 
 
 class LeafLoader:
-    def __init__(self, builder: ProgramBuilder, root: Node, p_axis: int | None, f_axis: int, label: str):
+    def __init__(self, builder: ProgramBuilder, root: Node, p_axis: int | None, free_axes: tuple[int, ...] | int,
+                 label: str):
         self.builder = builder
         self.p_axis = p_axis
-        self.f_axis = f_axis
+        self.free_axes = (free_axes,) if isinstance(free_axes, int) else tuple(free_axes)
         self.label = label
         self.leaves = [n for n in walk(root) if n.op == "leaf"]
         self.modes = {id(n): self._mode(n) for n in self.leaves}
@@ -34,11 +39,15 @@ class LeafLoader:
     def _mode(self, node: Node) -> str:
         view = node.view
         assert view is not None
-        if view.strides[self.f_axis] == 0 or view.dims[self.f_axis] == 1:
+        if all(view.strides[a] == 0 or view.dims[a] == 1 for a in self.free_axes):
             return "pvec"
         if self.p_axis is None or view.strides[self.p_axis] == 0:
             return "fbcast"
         return "tensor"
+
+    def kinds(self) -> dict[int, str]:
+        """Operand kind (evaluate.py's T/V) of every leaf."""
+        return {key: "V" if mode == "pvec" else "T" for key, mode in self.modes.items()}
 
     def specs(self, pmax: int, fmax: int, f_tiles: int, budget: int) -> list[PoolSpec]:
         """Pools for all leaves: tiles of up to [pmax, fmax]; `f_tiles` free ranges per partition block.
@@ -62,30 +71,37 @@ class LeafLoader:
             name = next(n for n in pools if n.startswith(f"leaf{i}_"))
             self.pools[id(node)] = pools[name]
 
-    def load(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int) -> dict[int, Operand]:
-        """Operands of every leaf for the tile [p0:p0+pw, f0:f0+fw] (other axes pinned by `fixed`)."""
+    def load(self, fixed: dict[int, int], p0: int, pw: int, free: Free | int, fw: int | None = None
+             ) -> dict[int, Operand]:
+        """Operands of every leaf for the tile [p0:p0+pw] x `free` (other axes pinned by `fixed`); with
+        one free axis, `free` may also be its start and `fw` its count."""
+        if isinstance(free, int):
+            assert fw is not None and len(self.free_axes) == 1
+            free = [(self.free_axes[0], free, fw)]
         result: dict[int, Operand] = {}
+        fw = prod(n for _, _, n in free)
+        fkey = tuple(sorted(fixed.items()))
         for node in self.leaves:
             mode = self.modes[id(node)]
             view = node.view
             assert view is not None
             self.builder.place(view)
-            fkey = tuple(sorted(fixed.items()))
             if mode == "pvec":
                 key = (id(node), fkey, p0, pw)
-                tile = self._cached(node, key, lambda t, v=view: self._dma(
-                    t.flat(v.dtype, pw, 1), v.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, 0, 1)], fixed)))
+                ones = [(a, 0, 1) for a, _, _ in free]
+                tile = self._cached(node, key, lambda t, v=view, ones=ones: self._dma(
+                    t.flat(v.dtype, pw, 1), v.hbm_ap(self.p_axis, p0, pw, ones, fixed)))
                 result[id(node)] = PVec(tile.flat(view.dtype, pw, 1))
             elif mode == "fbcast":
-                key = (id(node), fkey, f0, fw)
+                key = (id(node), fkey, tuple(free))
                 pn = self.pmax
                 tile = self._cached(node, key, lambda t, v=view, pn=pn: self._dma(
-                    t.flat(v.dtype, pn, fw), v.hbm_ap(self.p_axis, 0, pn, [(self.f_axis, f0, fw)], fixed)))
+                    t.flat(v.dtype, pn, fw), v.hbm_ap(self.p_axis, 0, pn, free, fixed)))
                 result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
             else:
                 tile = self.pools[id(node)].next()
                 ap = tile.flat(view.dtype, pw, fw)
-                self._dma(ap, view.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], fixed))
+                self._dma(ap, view.hbm_ap(self.p_axis, p0, pw, free, fixed))
                 result[id(node)] = Tensor(ap)
         return result
 

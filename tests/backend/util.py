@@ -142,3 +142,40 @@ def mlp_reference(x: np.ndarray, consts: dict[str, np.ndarray], layers: int, act
         if i < layers - 1:
             h = act_fn(act)(h)
     return h
+
+
+REDUCERS = """%max_f32 (rma: f32[], rmb: f32[]) -> f32[] {
+  %rma = f32[] parameter(0)
+  %rmb = f32[] parameter(1)
+  ROOT %rmx = f32[] maximum(%rma, %rmb)
+}
+
+%min_f32 (rna: f32[], rnb: f32[]) -> f32[] {
+  %rna = f32[] parameter(0)
+  %rnb = f32[] parameter(1)
+  ROOT %rmn = f32[] minimum(%rna, %rnb)
+}
+
+%add_f32 (rsa: f32[], rsb: f32[]) -> f32[] {
+  %rsa = f32[] parameter(0)
+  %rsb = f32[] parameter(1)
+  ROOT %rsm = f32[] add(%rsa, %rsb)
+}
+"""
+
+
+def body_module(params: list[tuple[str, str]], body: str, root: str, fused: str | None = None) -> str:
+    """A module computing `body` (HLO lines over the named params, last line defines the result `root`
+    shape) in the entry, or, with `fused` = a fusion kind, inside one fusion the entry calls."""
+    sig = ", ".join(f"{n}: {s}" for n, s in params)
+    lines = [line for line in body.strip().splitlines()]
+    lines[-1] = "  ROOT " + lines[-1].strip()
+    decls = [f"  %{n} = {s} parameter({i})" for i, (n, s) in enumerate(params)]
+    if fused is None:
+        return f"HloModule m\n\n{REDUCERS}\nENTRY %main ({sig}) -> {root} {{\n" + "\n".join(decls + lines) + "\n}\n"
+    args = ", ".join(f"%x{i}" for i in range(len(params)))
+    entry_decls = [f"  %x{i} = {s} parameter({i})" for i, (_, s) in enumerate(params)]
+    xsig = ", ".join(f"x{i}: {s}" for i, (_, s) in enumerate(params))
+    return (f"HloModule m\n\n{REDUCERS}\n%fused ({sig}) -> {root} {{\n" + "\n".join(decls + lines) + "\n}\n\n"
+            f"ENTRY %main ({xsig}) -> {root} {{\n" + "\n".join(entry_decls)
+            + f"\n  ROOT %f = {root} fusion({args}), kind={fused}, calls=%fused\n}}\n")

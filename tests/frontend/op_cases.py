@@ -83,6 +83,29 @@ class Pools(nn.Module):
         return a, b, c, d, e, f
 
 
+class FastPath(nn.Module):
+    """The native kernels nn.TransformerEncoderLayer and nn.MultiheadAttention use at inference."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.TransformerEncoderLayer(16, 2, 32, batch_first=True)
+        self.pre = nn.TransformerEncoderLayer(16, 4, 24, batch_first=True, norm_first=True, activation="gelu")
+
+    def forward(self, x):
+        outs = []
+        for layer, gelu in ((self.enc, False), (self.pre, True)):
+            a, n1, n2 = layer.self_attn, layer.norm1, layer.norm2
+            outs.append(aten._transformer_encoder_layer_fwd.default(
+                x, 16, a.num_heads, a.in_proj_weight, a.in_proj_bias, a.out_proj.weight, a.out_proj.bias, gelu,
+                layer.norm_first, n1.eps, n1.weight, n1.bias, n2.weight, n2.bias, layer.linear1.weight,
+                layer.linear1.bias, layer.linear2.weight, layer.linear2.bias))
+        a = self.enc.self_attn
+        outs.append(aten._native_multi_head_attention.default(
+            x, x * 2, x, 16, 2, a.in_proj_weight, a.in_proj_bias, a.out_proj.weight, a.out_proj.bias,
+            need_weights=False)[0])
+        return outs
+
+
 CASES: list[Case] = [
     Case("arith", ("add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor", "rsub.Scalar", "neg.default",
                    "pow.Tensor_Scalar", "pow.Tensor_Tensor", "pow.Scalar", "square.default", "abs.default",
@@ -253,6 +276,8 @@ CASES: list[Case] = [
                           F.pad(x, (1, 2, 2, 1), mode="replicate"), F.pad(x, (1, 3), mode="circular"),
                           aten.constant_pad_nd.default(x, [0, -1, 1, 1], 0.5))),
          lambda: (r(2, 3, 5),)),
+    Case("fused inference kernels", ("_transformer_encoder_layer_fwd.default", "_native_multi_head_attention.default"),
+         FastPath, lambda: (r(2, 5, 16),), captures=("fx",)),
     Case("t and inline constant", ("t.default", "view.default"),
          fn(lambda m, x: (x.t() @ x, x.T.reshape(2, -1), torch.tensor([1.0, 2.0]) * x[:, :2] / math.pi)),
          lambda: (r(3, 4),)),

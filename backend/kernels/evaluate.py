@@ -1,0 +1,499 @@
+"""Instruction selection for one tile of an expression (expr.Node): [pw partitions x fw free elements].
+
+Every node evaluates to one of three operand kinds, known before any instruction is chosen:
+- T, `Tensor`: a full [pw, fw] tile (the node varies along the free axes);
+- V, `PVec`: a per-partition [pw, 1] vector (a free-axis reduction, a leaf broadcast along the free
+  axes, anything computed from those);
+- S, `Scalar`: an immediate (folded at compile time when all inputs are immediates).
+
+Selection, per node (table driven, greedy):
+- ACT computes `func(src * scale + bias)` in one pass: a chain `func?(add|subtract?(mul|div|neg?(x, s), b))`
+  whose inner nodes have one use becomes one `activation` (s: immediate or vector, b: vector); x * x is
+  ACT's `square`. When a `reduce_add` consumes the node, ACT's accumulator adds the outputs up in the
+  same instruction (softmax's exp and row sum).
+- binary ops: `tensor_tensor`; `tensor_scalar` when one side is an immediate or (for a T result) a
+  vector, swapping the operands of commutative ops and comparisons, chaining two ALU ops for s - x.
+- reductions over the free axes: DVE `tensor_reduce` into a [pw, 1] vector.
+- select: `select`; iota: `iota` (POOL/DVE); convert/copy: `tensor_copy` or ACT copy.
+Temporaries come from free lists and return when their last user has been emitted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from backend.alloc import Pool, PoolSpec, Tile
+from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
+from compiler.errors import CompilationError
+from isa.program import AccessPattern
+
+
+@dataclass(frozen=True)
+class Tensor:
+    ap: AccessPattern
+
+
+@dataclass(frozen=True)
+class PVec:
+    ap: AccessPattern
+
+
+@dataclass(frozen=True)
+class Scalar:
+    value: float
+
+
+Operand = Tensor | PVec | Scalar
+
+
+@dataclass(frozen=True)
+class Coords:
+    """Where a tile lies in the kernel's logical dims (for iota): the partition axis from p0 (None:
+    one partition), the free axes as (axis, start, count) outermost first, the pinned loop axes."""
+
+    p_axis: int | None
+    p0: int
+    free: tuple[tuple[int, int, int], ...]
+    fixed: tuple[tuple[int, int], ...] = ()
+
+
+_FOLD = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "max": np.maximum,
+    "min": np.minimum, "pow": np.power, "is_equal": np.equal, "not_equal": np.not_equal, "is_gt": np.greater,
+    "is_ge": np.greater_equal, "is_lt": np.less, "is_le": np.less_equal, "logical_and": np.logical_and,
+    "logical_or": np.logical_or, "negate": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "tanh": np.tanh, "rsqrt": lambda x: 1 / np.sqrt(x), "reciprocal": lambda x: 1 / x,
+    "square": np.square, "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "select": lambda p, a, b: np.where(p != 0, a, b), "copy": lambda x: x, "convert": lambda x: x,
+}
+
+
+class TempStore:
+    """Free lists of full [pw, fw] and vector [pw, 1] temporaries for one tile (dry: unlimited, counted)."""
+
+    def __init__(self, full: list[Tile] | None, vec: list[Tile] | None):
+        self.dry = full is None
+        self.free = {"T": list(reversed(full or [])), "V": list(reversed(vec or []))}
+        self.peak = {"T": 0, "V": 0}
+        self.live = {"T": 0, "V": 0}
+
+    @staticmethod
+    def rotating(pool: Pool) -> TempStore:
+        """Temporaries taken from a pool's rotation (never given back: the pool must hold more buffers
+        than one evaluation takes)."""
+        store = TempStore([], [])
+        store.pool = pool
+        return store
+
+    pool: Pool | None = None
+
+    def take(self, kind: str, where: str) -> Tile:
+        self.live[kind] += 1
+        self.peak[kind] = max(self.peak[kind], self.live[kind])
+        if self.dry:
+            return Tile("sbuf", 0, 1 << 20, None)  # type: ignore[arg-type]
+        if self.pool is not None:
+            return self.pool.next()
+        if not self.free[kind]:
+            raise CompilationError(f"{where}: internal error: the tile evaluation ran out of temporaries")
+        return self.free[kind].pop()
+
+    def give(self, kind: str, tile: Tile) -> None:
+        self.live[kind] -= 1
+        if not self.dry and self.pool is None:
+            self.free[kind].append(tile)
+
+
+class _Null:
+    """A builder that emits nothing (dry runs count temporaries)."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+class TileEvaluator:
+    """Evaluates expression nodes for one tile; `leaves` maps leaf nodes (by id) to loaded operands,
+    `acc` is the accumulator's PSUM pattern, `preset` gives operands of nodes computed elsewhere."""
+
+    def __init__(self, builder, temps: TempStore | Pool, pw: int, fw: int, leaves: dict[int, Operand], *,
+                 acc: AccessPattern | None = None, label: str = "", coords: Coords | None = None,
+                 preset: dict[int, Operand] | None = None):
+        """`temps`: free lists (Temporaries.store()), or a pool whose buffers rotate, with at least
+        expr.temps_needed(root) of them."""
+        self.b = builder
+        self.pw, self.fw = pw, fw
+        self.leaves = leaves
+        self.temps = temps if isinstance(temps, TempStore) else TempStore.rotating(temps)
+        self.acc = acc
+        self.label = label
+        self.coords = coords
+        self._memo: dict[int, Operand] = dict(preset or {})
+        self._owned: dict[int, tuple[str, Tile]] = {}
+        self._extra: list[tuple[str, Tile]] = []  # instruction-local scratch, a stack
+        self._uses: dict[int, int] = {}
+        self._users: dict[int, list[Node]] = {}
+        self._kind: dict[int, str] = {}
+
+    # -- entry points ---------------------------------------------------------------------------------------
+    def run(self, root: Node, dst: AccessPattern) -> None:
+        """Compute `root` into `dst` ([pw, fw], or [pw, 1] when root does not vary along the free axes)."""
+        self._prepare([root])
+        result = self._eval(root, dst)
+        if not (isinstance(result, Tensor | PVec) and result.ap is dst):
+            self._materialize(result, dst)
+
+    def values(self, nodes: list[Node]) -> list[Operand]:
+        """Evaluate several nodes; their operands stay valid (not recycled) afterwards."""
+        self._prepare(nodes)
+        return [self._eval(n) for n in nodes]
+
+    def kind(self, node: Node) -> str:
+        return self._kind[id(node)]
+
+    # -- analysis -------------------------------------------------------------------------------------------
+    def _prepare(self, roots: list[Node]) -> None:
+        for node in walk(roots):
+            for i in node.inputs:
+                self._uses[id(i)] = self._uses.get(id(i), 0) + 1
+                self._users.setdefault(id(i), []).append(node)
+            self._kind[id(node)] = self._static_kind(node)
+        for r in roots:
+            self._uses[id(r)] = self._uses.get(id(r), 0) + 1  # the caller's use: never recycled
+
+    def _static_kind(self, node: Node) -> str:
+        if id(node) in self._memo:
+            return _kind_of(self._memo[id(node)])
+        if node.op == "leaf":
+            return _kind_of(self.leaves[id(node)])
+        if node.op == "acc":
+            return "T"
+        if node.op == "scalar":
+            return "S"
+        if node.op == "iota":
+            return "T" if self._iota_free_strides(node) else "V"
+        kinds = [self._kind[id(i)] for i in node.inputs]
+        if node.op in REDUCE_OPS:
+            return "S" if kinds[0] == "S" else "V"
+        if "T" in kinds:
+            return "T"
+        return "V" if "V" in kinds else "S"
+
+    # -- temporaries ----------------------------------------------------------------------------------------
+    def _new(self, node: Node, kind: str) -> AccessPattern:
+        tile = self.temps.take(kind, where_of(node))
+        self._owned[id(node)] = (kind, tile)
+        return tile.flat(node.dtype, self.pw, self.fw if kind == "T" else 1)
+
+    def _scratch(self, kind: str, dtype: str = "f32") -> AccessPattern:
+        """A temporary for the instruction being built, returned by `_release_extra`."""
+        tile = self.temps.take(kind, self.label)
+        self._extra.append((kind, tile))
+        return tile.flat(dtype, self.pw, self.fw if kind == "T" else 1)
+
+    def _release_extra(self, mark: int) -> None:
+        while len(self._extra) > mark:
+            kind, tile = self._extra.pop()
+            self.temps.give(kind, tile)
+
+    def _release(self, node: Node) -> None:
+        key = id(node)
+        self._uses[key] -= 1
+        if self._uses[key] == 0 and key in self._owned:
+            kind, tile = self._owned.pop(key)
+            self.temps.give(kind, tile)
+
+    def _consume(self, node: Node, absorbed: frozenset[int] = frozenset()) -> None:
+        """`node`'s instruction(s) are emitted: its inputs lose a use (through absorbed chain nodes)."""
+        for i in node.inputs:
+            if id(i) in absorbed:
+                self._consume(i, absorbed)
+            else:
+                self._release(i)
+
+    # -- evaluation -----------------------------------------------------------------------------------------
+    def _eval(self, node: Node, dst: AccessPattern | None = None) -> Operand:
+        key = id(node)
+        if key in self._memo:
+            return self._memo[key]
+        op, kind = node.op, self._kind[key]
+        if op == "leaf":
+            result: Operand = self.leaves[key]
+        elif op == "acc":
+            assert self.acc is not None
+            result = Tensor(self.acc)
+        elif kind == "S":
+            result = Scalar(self._fold(node))
+        else:
+            act = None if op == "iota" or op in REDUCE_OPS else self._match_act(node)
+            operands = list(node.inputs)
+            if act is not None:
+                src, _, scale, bias, _ = act
+                operands = [src] + [n for n in (scale, bias and bias[0]) if isinstance(n, Node)]
+            for n in operands:  # operands first: the output tile is taken when they are done
+                self._eval(n)
+            if key in self._memo:  # a reduce_add that ACT accumulated while computing its input
+                return self._memo[key]
+            use_dst = dst is not None and (dst.free_size == 1) == (kind == "V")
+            out = dst if use_dst else self._new(node, kind)
+            mark = len(self._extra)
+            if op == "iota":
+                self._iota(node, out)
+            elif op in REDUCE_OPS:
+                self._reduce(node, out)
+            elif act is not None:
+                self._emit_act(node, out, *act)
+            else:
+                self._lower(node, out)
+            self._release_extra(mark)
+            result = Tensor(out) if kind == "T" else PVec(out)
+        self._memo[key] = result
+        return result
+
+    def _fold(self, node: Node) -> float:
+        if node.op == "scalar":
+            return node.value
+        values = [np.float32(self._eval(i).value) for i in node.inputs]  # type: ignore[union-attr]
+        if node.op in REDUCE_OPS:
+            return float(values[0] * self.fw) if node.op == "reduce_add" else float(values[0])
+        fn = _FOLD.get(node.op)
+        if fn is None:
+            raise CompilationError(f"{where_of(node)}: cannot fold {node.op} of immediates")
+        with np.errstate(all="ignore"):
+            return float(fn(*values))
+
+    def _array(self, node: Node, kind: str) -> AccessPattern:
+        """The operand of `node` as an array of the result's shape (materialized if broadcast)."""
+        operand = self._eval(node)
+        if _kind_of(operand) == kind:
+            return operand.ap  # type: ignore[union-attr]
+        ap = self._scratch(kind, node.dtype)
+        self._materialize(operand, ap)
+        return ap
+
+    def _materialize(self, operand: Operand, dst: AccessPattern) -> None:
+        b = self.b
+        if isinstance(operand, Scalar):
+            b.memset(dst, operand.value, f"{self.label} fill")
+        elif isinstance(operand, PVec) and dst.free_size != 1:
+            b.memset(dst, 0.0, f"{self.label} zero")
+            b.tensor_scalar(dst, dst, "add", 0.0, f"{self.label} expand vector", scalar_vec=operand.ap)
+        else:
+            b.copy(dst, operand.ap, f"{self.label} copy")
+
+    # -- ACT chains -----------------------------------------------------------------------------------------
+    def _absorbable(self, node: Node) -> bool:
+        return (self._uses.get(id(node), 0) == 1 and id(node) not in self._memo
+                and node.op not in ("leaf", "acc", "scalar", "iota") and node.op not in REDUCE_OPS)
+
+    def _match_act(self, node: Node):
+        """(src, func, scale, (bias, negated) | None, absorbed) for one ACT instruction computing `node`,
+        or None. `scale` is an immediate or a vector node."""
+        func, cur, absorbed = "identity", node, set()
+        if node.op in ACT_FUNCS:
+            func, cur = node.op, node.inputs[0]
+            if not self._absorbable(cur):
+                return cur, func, None, None, frozenset()
+        elif node.op == "multiply" and node.inputs[0] is node.inputs[1] and self._kind[id(node)] == "T":
+            return node.inputs[0], "square", None, None, frozenset()
+        bias = None
+        if cur.op in ("add", "subtract"):
+            pairs = ((0, 1), (1, 0)) if cur.op == "add" else ((0, 1),)
+            for i, j in pairs:
+                if self._kind[id(cur.inputs[j])] == "V" and self._kind[id(cur.inputs[i])] != "S":
+                    if cur is not node:
+                        absorbed.add(id(cur))
+                    bias, cur = (cur.inputs[j], cur.op == "subtract"), cur.inputs[i]
+                    break
+        scale: Node | float | None = None
+        if cur.op in ("multiply", "divide", "negate") and (cur is node or self._absorbable(cur)):
+            found: tuple[Node | float, Node] | None = None
+            if cur.op == "negate":
+                found = (-1.0, cur.inputs[0])
+            else:
+                pairs = ((0, 1), (1, 0)) if cur.op == "multiply" else ((0, 1),)
+                for i, j in pairs:
+                    other, k = cur.inputs[j], self._kind[id(cur.inputs[j])]
+                    if k == "S" and (cur.op == "multiply" or self._fold(other) != 0):
+                        value = self._fold(other)
+                        found = (value if cur.op == "multiply" else 1.0 / value, cur.inputs[i])
+                    elif k == "V" and cur.op == "multiply" and self._kind[id(cur.inputs[i])] != "S":
+                        found = (other, cur.inputs[i])
+                    if found:
+                        break
+            if found is not None:
+                if cur is not node:
+                    absorbed.add(id(cur))
+                scale, cur = found
+        useful = (func != "identity" or isinstance(scale, Node) or (scale is not None and bias is not None)
+                  or (scale is not None and cur.op == "acc"))
+        if not useful or self._kind[id(cur)] == "S":
+            return None
+        return cur, func, scale, bias, frozenset(absorbed)
+
+    def _emit_act(self, node: Node, out: AccessPattern, src: Node, func: str, scale, bias, absorbed) -> None:
+        b, kind = self.b, self._kind[id(node)]
+        src_ap = self._array(src, kind)
+        bias_ap = None
+        if bias is not None:
+            bias_ap = self._eval(bias[0]).ap  # type: ignore[union-attr]
+            if bias[1]:
+                neg = self._scratch("V")
+                b.tensor_scalar(neg, bias_ap, "multiply", -1.0, f"{self.label} negate bias")
+                bias_ap = neg
+        scale_vec = self._eval(scale).ap if isinstance(scale, Node) else None  # type: ignore[union-attr]
+        imm = float(scale) if isinstance(scale, float | int) else 1.0
+        reducer = self._pending_sum(node)
+        acc_ap = None
+        if reducer is not None:
+            acc_ap = self._new(reducer, "V")
+        b.activation(out, src_ap, func, bias=bias_ap, scale=imm, scale_vec=scale_vec, acc=acc_ap,
+                     comment=f"{self.label} {node.op if func == 'identity' else func}")
+        self._consume(node, absorbed)
+        if reducer is not None:
+            self._memo[id(reducer)] = PVec(acc_ap)  # type: ignore[arg-type]
+            self._consume(reducer)
+
+    def _pending_sum(self, node: Node) -> Node | None:
+        """An unevaluated reduce_add of this full-tile node: ACT accumulates it in the same instruction."""
+        if self._kind[id(node)] != "T":
+            return None
+        for user in self._users.get(id(node), []):
+            if user.op == "reduce_add" and id(user) not in self._memo:
+                return user
+        return None
+
+    # -- other nodes ----------------------------------------------------------------------------------------
+    def _lower(self, node: Node, out: AccessPattern) -> None:
+        op, b = node.op, self.b
+        kind = self._kind[id(node)]
+        if op in ("convert", "copy"):
+            b.copy(out, self._array(node.inputs[0], kind), f"{self.label} {op}")
+        elif op == "negate":
+            b.tensor_scalar(out, self._array(node.inputs[0], kind), "multiply", -1.0, f"{self.label} neg")
+        elif op == "select":
+            p, x, y = (self._array(i, kind) for i in node.inputs)
+            b.select(out, p, x, y, f"{self.label} select")
+        elif op in SWAPPED or op in ("subtract", "divide", "pow"):
+            self._binary(node, out, kind)
+        else:
+            raise CompilationError(f"{where_of(node)}: elementwise op {op!r} has no instruction mapping")
+        self._consume(node)
+
+    def _binary(self, node: Node, out: AccessPattern, kind: str) -> None:
+        op, b, label = node.op, self.b, f"{self.label} {node.op}"
+        x, y = node.inputs
+        kx, ky = self._kind[id(x)], self._kind[id(y)]
+        if kx == kind and ky == kind:
+            b.tensor_tensor(out, self._array(x, kind), self._array(y, kind), op, label)
+            return
+        if kx == kind:
+            b.tensor_scalar(out, self._array(x, kind), op, comment=label, **self._scalar_args(y))
+            return
+        ya = self._array(y, kind)
+        if op in SWAPPED:
+            b.tensor_scalar(out, ya, SWAPPED[op], comment=label, **self._scalar_args(x))
+        elif op == "subtract":  # x - y = (y * -1) + x
+            args = self._scalar_args(x)
+            b.tensor_scalar(out, ya, "multiply", -1.0, comment=label, op1="add", scalar1=args["scalar"],
+                            scalar1_vec=args["scalar_vec"])
+        elif op == "divide" and kx == "S" and self._fold(x) != 0:  # s / y = reciprocal(y * (1 / s))
+            b.activation(out, ya, "reciprocal", scale=1.0 / self._fold(x), comment=label)
+        elif op == "pow" and kx == "S" and self._fold(x) > 0:  # s ** y = exp(y * ln s)
+            b.activation(out, ya, "exp", scale=math.log(self._fold(x)), comment=label)
+        else:
+            b.tensor_tensor(out, self._array(x, kind), ya, op, label)
+
+    def _scalar_args(self, node: Node) -> dict:
+        operand = self._eval(node)
+        if isinstance(operand, Scalar):
+            return {"scalar": operand.value, "scalar_vec": None}
+        return {"scalar": 0.0, "scalar_vec": operand.ap}  # type: ignore[union-attr]
+
+    def _reduce(self, node: Node, out: AccessPattern) -> None:
+        op = node.op[len("reduce_"):]
+        operand = self._eval(node.inputs[0])
+        if isinstance(operand, Tensor):
+            self.b.tensor_reduce(out, operand.ap, op, f"{self.label} {node.op}")
+        elif op == "add":  # a vector summed over fw equal elements
+            self.b.tensor_scalar(out, operand.ap, "multiply", float(self.fw), f"{self.label} {node.op}")
+        else:
+            self.b.copy(out, operand.ap, f"{self.label} {node.op}")  # type: ignore[union-attr]
+        self._consume(node)
+
+    def _iota_free_strides(self, node: Node) -> list[tuple[int, int]]:
+        """(stride, count) of the iota along the tile's free axes that it varies along."""
+        assert node.view is not None and self.coords is not None
+        return [(node.view.strides[a], n) for a, _, n in self.coords.free if node.view.strides[a] and n > 1]
+
+    def _iota(self, node: Node, out: AccessPattern) -> None:
+        """value = offset + strides . index: POOL/DVE iota gives base + channel_multiplier * p + i."""
+        view, c = node.view, self.coords
+        assert view is not None and c is not None
+        base = view.offset + sum(view.strides[a] * s for a, s, _ in c.free)
+        base += sum(view.strides[a] * i for a, i in c.fixed)
+        cm = 0
+        if c.p_axis is not None:
+            base += view.strides[c.p_axis] * c.p0
+            cm = view.strides[c.p_axis]
+        free = self._iota_free_strides(node)
+        engine = self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
+        flat = all(s == math.prod(n for _, n in free[i + 1:]) for i, (s, _) in enumerate(free))
+        if flat:
+            self.b.iota(out, int(base), int(cm), f"{self.label} iota", engine=engine)
+            return
+        if len(free) != 1:
+            raise CompilationError(f"{where_of(node)}: iota over several free axes of a tile is not supported")
+        vec = self._scratch("V")
+        self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine=engine)
+        self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
+        self.b.tensor_scalar(out, out, "multiply", float(free[0][0]), f"{self.label} iota stride", op1="add",
+                             scalar1_vec=vec)
+
+
+def _kind_of(operand: Operand) -> str:
+    return "T" if isinstance(operand, Tensor) else "V" if isinstance(operand, PVec) else "S"
+
+
+class Temporaries:
+    """The temporaries of a kernel's tile evaluations: full [pmax, fmax] tiles and [pmax, 1] vectors in
+    two alternating sets, so that a tile's instructions do not wait for the readers of the previous
+    tile's. Sized by a dry run of the kernel's own tile evaluation (`measure`)."""
+
+    def __init__(self, name: str, fmax: int):
+        self.name = name
+        self.fmax = fmax
+        self.n_full = self.n_vec = 0
+        self._pools: tuple[Pool, Pool] | None = None
+        self._turn = 0
+
+    def measure(self, evaluate) -> None:
+        """Run `evaluate(builder, temps)` dry and keep the peak number of temporaries it takes."""
+        temps = TempStore(None, None)
+        evaluate(_Null(), temps)
+        self.n_full = max(self.n_full, temps.peak["T"])
+        self.n_vec = max(self.n_vec, temps.peak["V"])
+
+    def specs(self) -> list[PoolSpec]:
+        return [PoolSpec(f"{self.name}_full", "sbuf", self.fmax * 4, 2 * max(1, self.n_full)),
+                PoolSpec(f"{self.name}_vec", "sbuf", 4, 2 * max(1, self.n_vec))]
+
+    def bind(self, pools: dict[str, Pool]) -> None:
+        self._pools = (pools[f"{self.name}_full"], pools[f"{self.name}_vec"])
+
+    def store(self) -> TempStore:
+        """The free lists for the next tile (the sets alternate)."""
+        assert self._pools is not None
+        full, vec = self._pools
+        t = self._turn % 2
+        self._turn += 1
+        nf, nv = max(1, self.n_full), max(1, self.n_vec)
+        return TempStore(full.tiles[t * nf:(t + 1) * nf], vec.tiles[t * nv:(t + 1) * nv])
+
+
+def dry_operand(kind: str) -> Operand:
+    """A stand-in operand of `kind` ("T", "V", "S") for dry runs."""
+    ap = AccessPattern("sbuf", "f32", 0, ((1, 1),))
+    return Tensor(ap) if kind == "T" else PVec(ap) if kind == "V" else Scalar(0.0)
