@@ -25,8 +25,11 @@ from backend.fused import (
     view_of,
 )
 from backend.kernels import expr
+from backend.kernels.conv import conv_kernel, plan_conv
 from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
+from backend.kernels.gather import gather_kernel, plan_gather
+from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
 from compiler.errors import CompilationError
@@ -261,10 +264,16 @@ KERNELS: dict[str, Handler] = {
     "fusion": _fusion,
     "reduce": _reduce,
     "concatenate": _concatenate,
+    "convolution": anchored(plan_conv, conv_kernel),
+    "reduce-window": anchored(plan_pool, pool_kernel),
+    "gather": anchored(plan_gather, gather_kernel),
 }
 # a fusion containing this opcode is lowered by the handler (checked in this order)
 FUSION_ANCHORS: dict[str, FusionHandler] = {
     "dot": anchored_fusion("dot", plan_dot, dot_kernel),
+    "convolution": anchored_fusion("convolution", plan_conv, conv_kernel),
+    "reduce-window": anchored_fusion("reduce-window", plan_pool, pool_kernel),
+    "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
 
 
