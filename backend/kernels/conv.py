@@ -19,6 +19,7 @@ of blocks sharing every load_stationary x (input-channel tile, row chunk, kernel
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec, Tile
@@ -122,6 +123,17 @@ def conv_kernel(builder: ProgramBuilder, plan: ConvPlan) -> None:
     _ConvKernel(builder, plan).run()
 
 
+@dataclass(frozen=True)
+class _Cols:
+    """How a super-group's input tile stores columns: tile column u holds virtual column u0 + u.
+    Unfolded columns (fw = 1) store the input's W columns and clip each tap's columns; folded ones
+    store the padded span, zero outside the input, so every tap covers every block whole."""
+
+    u0: int
+    width: int
+    clip: bool
+
+
 class _ConvKernel:
     def __init__(self, builder: ProgramBuilder, plan: ConvPlan):
         self.b, self.plan = builder, plan
@@ -131,17 +143,43 @@ class _ConvKernel:
             x = builder.new_const(x.const_array(), plan.compute)
         self.x = x
         self.B, self.C, self.H, self.W = x.dims
-        self.KH = plan.w.dims[2]
-        self.sgs: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, self.KH, self.parts)
+        kernel = plan.w.dims[2], plan.w.dims[3]
+        self.limit = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"])
+        self.sgs: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts,
+                                                  self._fold_cost)
+        lo, hi = plan.cols.span(0, plan.cols.out)
+        self.layout = [_Cols(0, self.W, True) if sg.fw == 1 else _Cols(lo, hi - lo, False) for sg in self.sgs]
         self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
         self.casting = x.stored_dtype != plan.compute
-        self.limit = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"])
         self.group = max(1, builder.options.psum_acc_banks // 2)
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, 1, 2, plan.name, min(self.parts, plan.out.dims[1]),
                                  self.limit, builder.options.output_buffers + self.group, DMA_PIECE)
         self.pools: dict[str, Pool] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------
+    def _fold_cost(self, fh: int, fw: int, cn: int, co_tiles: int) -> float:
+        """Estimated ns of a super-group's PE work or of its transfers, whichever is longer: every copy
+        of the input is one more load of it (column copies in runs of one row), every chunk one more
+        matmul per output block (machine-model.md: PE interval max(N, 64), DMA queue bandwidth and
+        descriptor overhead; the stores of the result are the same for every fold)."""
+        plan, data = self.plan, self.b.target.data
+        rows, cols = plan.rows, plan.cols
+        kh, kw = plan.w.dims[2], plan.w.dims[3]
+        pixels = self.B * rows.out * cols.out
+        blocks = -(-pixels // self.limit)
+        factor = data["pe"]["fp32_factor"] if plan.compute == "f32" else 1
+        chunks = -(-kh // fh) * -(-kw // fw)
+        pe = blocks * chunks * co_tiles * max(min(self.limit, pixels), data["pe"]["min_interval"]) * factor
+        pe_ns = pe / self.b.target.clock_ghz("pe")
+        dma = data["dma"]
+        overhead = dma.get("descriptor_overhead_bytes", 0)
+        run = self.W * itemsize(self.x.stored_dtype) * (1 if fw > 1 else self.H)
+        nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * (1 + overhead / run)
+        out = plan.out.dtype
+        nbytes += pixels * co_tiles * self.parts * itemsize(out) * (1 + overhead / (self.limit * itemsize(out)))
+        dma_ns = nbytes / min(dma["queues"] * dma["queue_bytes_per_ns"], data["hbm"]["bytes_per_ns"])
+        return max(pe_ns, dma_ns)
+
     def _specs(self) -> tuple[list[PoolSpec], list[Band]]:
         plan, opts, alloc = self.plan, self.b.options, self.b.alloc
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks)] + self.epilogue.specs()
@@ -149,18 +187,19 @@ class _ConvKernel:
         specs += self.weights.specs(min(W_BUDGET, alloc.sbuf_capacity() // 3), 2 * nt)
         room = min(X_BUDGET, alloc.sbuf_capacity() - alloc.sbuf_need(specs))
         csz, ssz = itemsize(plan.compute), itemsize(self.x.stored_dtype)
+        width = max(cols.width for cols in self.layout)
 
         def tile_bytes(nb: int, nv: int) -> int:
-            per = nb * nv * self.W + 64
+            per = nb * nv * width + 64
             return 2 * nt * per * csz + (2 * per * ssz if self.casting else 0)
 
         bands = plan_bands(self.B, plan.rows, plan.cols, self.limit, lambda nb, nv: tile_bytes(nb, nv) <= room)
         worst = max(bands, key=lambda bd: bd.nb * bd.nv)
         if tile_bytes(worst.nb, worst.nv) > room:
-            raise CompilationError(f"{plan.where}: the {worst.nv} input rows of {self.W} pixels one output block "
+            raise CompilationError(f"{plan.where}: the {worst.nv} input rows of {width} pixels one output block "
                                    f"needs do not fit in SBUF ({tile_bytes(worst.nb, worst.nv)} bytes per "
                                    f"partition, {room} available)")
-        size = worst.nb * worst.nv * self.W
+        size = worst.nb * worst.nv * width
         specs.append(PoolSpec("x", "sbuf", size * csz, 2 * nt))
         if self.casting:
             specs.append(PoolSpec("x_stage", "sbuf", size * ssz, 2))
@@ -177,93 +216,109 @@ class _ConvKernel:
         self.weights.prefetch()
         for s, sg in enumerate(self.sgs):
             for band in bands:
-                tiles = [self._load_band(sg, c0, cn, band) for c0, cn in sg.ci]
+                tiles = [self._load_band(sg, self.layout[s], c0, cn, band) for c0, cn in sg.ci]
                 for o0, _ in sg.co:
                     tile_units = [u for u in units if u.sg == s and u.o0 == o0]
                     self.weights.fetch(tile_units)
                     blocks = list(band.blocks)
                     for g in range(0, len(blocks), self.group):
                         grp = blocks[g:g + self.group]
-                        accs = self._accumulate(tile_units, tiles, band, grp)
+                        accs = self._accumulate(tile_units, self.layout[s], tiles, band, grp)
                         self._epilogues(tile_units[0], grp, accs)
         self.b.alloc.end_kernel()
 
     # -- input ------------------------------------------------------------------------------------------------
-    def _load_band(self, sg: SuperGroup, c0: int, cn: int, band: Band) -> Tile:
-        """The input tile of channels [c0, c0 + cn) for `band`: `fold` copies, copy a on partitions
-        [a * cn, (a + 1) * cn) holding virtual row v0 + r + a * dilation at row r (zero outside)."""
+    def _load_band(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> Tile:
+        """The input tile of channels [c0, c0 + cn) for `band`: copy (a, c) on partitions
+        [(a * fw + c) * cn, ... + cn) holds, at tile row r and column u, the input at virtual row
+        v0 + r + a * row dilation and virtual column u0 + u + c * column dilation (zero outside)."""
         b, plan, x = self.b, self.plan, self.x
-        W, nv, nb, f, dh = self.W, band.nv, band.nb, sg.fold, plan.rows.dilation
+        nv, nb, parts = band.nv, band.nb, sg.fh * sg.fw * cn
+        dh, dw, Wt = plan.rows.dilation, plan.cols.dilation, cols.width
         tile = self.pools["x"].next()
         landing, ldt = (self.pools["x_stage"].next(), x.stored_dtype) if self.casting else (tile, plan.compute)
         label = f"{plan.name} x c{c0} b{band.b0} v{band.v0}"
         top = min(max(-band.v0, 0), nv)
-        bottom = min(max(self.H - band.v0 - (f - 1) * dh, top), nv)
-        for r0, r1 in ((0, top), (bottom, nv)):
+        bottom = min(max(self.H - band.v0 - (sg.fh - 1) * dh, top), nv)
+        for r0, r1 in ((0, top), (bottom, nv)):  # rows outside the input for some copy
             if r1 > r0:
-                zero = landing.ap(ldt, f * cn, simplify([(nv * W, nb), (1, (r1 - r0) * W)]), r0 * W)
+                zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (1, (r1 - r0) * Wt)]), r0 * Wt)
                 b.emit("dve", "memset", f"{label} zero rows", {"value": 0.0}, dst=zero)
+        left = min(max(-cols.u0, 0), Wt)
+        right = min(max(self.W - cols.u0 - (sg.fw - 1) * dw, left), Wt)
+        for u0, u1 in ((0, left), (right, Wt)):  # columns outside the input for some copy
+            if u1 > u0:
+                zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (Wt, nv), (1, u1 - u0)]), u0)
+                b.emit("dve", "memset", f"{label} zero columns", {"value": 0.0}, dst=zero)
         for r0, r1 in _pieces(band, plan.rows):  # in block order, so the first matmuls start early
-            for a in range(f):
+            for a, c in itertools.product(range(sg.fh), range(sg.fw)):
                 t0, t1 = max(r0, -band.v0 - a * dh), min(r1, self.H - band.v0 - a * dh)
-                if t1 <= t0:
+                w0, w1 = max(0, -cols.u0 - c * dw), min(Wt, self.W - cols.u0 - c * dw)
+                if t1 <= t0 or w1 <= w0:
                     continue
-                src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, t1 - t0), (3, 0, W)])
-                dst = landing.ap(ldt, cn, simplify([(nv * W, nb), (W, t1 - t0), (1, W)]), t0 * W)
-                b.dma(replace(dst, start_partition=a * cn), simplified(src), f"{label} copy{a} rows {t0}:{t1}",
-                      split=DMA_PIECE, min_run=512)
+                src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, t1 - t0),
+                                           (3, cols.u0 + w0 + c * dw, w1 - w0)])
+                dst = landing.ap(ldt, cn, simplify([(nv * Wt, nb), (Wt, t1 - t0), (1, w1 - w0)]), t0 * Wt + w0)
+                b.dma(replace(dst, start_partition=(a * sg.fw + c) * cn), simplified(src),
+                      f"{label} copy ({a}, {c}) rows {t0}:{t1}", split=DMA_PIECE, min_run=512)
             if self.casting:
-                pattern = simplify([(nv * W, nb), (1, (r1 - r0) * W)])
-                b.copy(tile.ap(plan.compute, f * cn, pattern, r0 * W), landing.ap(ldt, f * cn, pattern, r0 * W),
+                pattern = simplify([(nv * Wt, nb), (1, (r1 - r0) * Wt)])
+                b.copy(tile.ap(plan.compute, parts, pattern, r0 * Wt), landing.ap(ldt, parts, pattern, r0 * Wt),
                        f"{label} cast rows {r0}:{r1}", engines=("act", "dve", "pool"))
         return tile
 
     # -- matmuls ----------------------------------------------------------------------------------------------
-    def _chunks(self, units: list[Unit], grp: list[Block]) -> list[tuple[int, int, int]]:
-        """(input tile, row chunk, kernel column) in matmul order; a column covering every block whole
-        goes first so that its matmuls start the accumulations."""
-        cols, KW = self.plan.cols, self.plan.w.dims[3]
-        order = [(t, j, kw) for t, u in enumerate(units) for j in range(self.weights.chunks(u)) for kw in range(KW)]
-        for kw in range(KW):
-            if all(cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc) for blk in grp):
-                order.remove((0, 0, kw))
-                return [(0, 0, kw)] + order
+    def _valid(self, cols: _Cols, unit: Unit, jw: int, blk: Block) -> tuple[int, int]:
+        """Output columns of `blk` that column chunk `jw` reaches inside the input (all when folded)."""
+        return self.plan.cols.valid(jw, blk.c0, blk.nc) if cols.clip else (blk.c0, blk.c0 + blk.nc)
+
+    def _chunks(self, units: list[Unit], cols: _Cols, grp: list[Block]) -> list[tuple[int, int, int]]:
+        """(input tile, row chunk, column chunk) in matmul order; a column chunk covering every block
+        whole goes first so that its matmuls start the accumulations."""
+        order = [(t, jh, jw) for t, u in enumerate(units) for jh, jw in itertools.product(
+            *(range(n) for n in self.weights.chunks(u)))]
+        for t, jh, jw in order:
+            if all(self._valid(cols, units[t], jw, blk) == (blk.c0, blk.c0 + blk.nc) for blk in grp):
+                order.remove((t, jh, jw))
+                return [(t, jh, jw)] + order
         return order
 
-    def _accumulate(self, units: list[Unit], tiles: list[Tile], band: Band, grp: list[Block]) -> dict[Block, Tile]:
+    def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile], band: Band,
+                    grp: list[Block]) -> dict[Block, Tile]:
         b, plan = self.b, self.plan
-        rows, cols = plan.rows, plan.cols
+        rows, sw = plan.rows, plan.cols.stride
         accs = {blk: self.pools["acc"].next() for blk in grp}
-        order = self._chunks(units, grp)
+        order = self._chunks(units, cols, grp)
         started: dict[Block, bool] = {}
         for blk in grp:  # a block whose first matmul does not cover it whole starts from zero
-            whole = (blk.c0, blk.c0 + blk.nc)
-            first = next((c for c in (cols.valid(kw, blk.c0, blk.nc) for _, _, kw in order) if c[1] > c[0]), None)
-            started[blk] = first != whole
+            reach = (self._valid(cols, units[t], jw, blk) for t, _, jw in order)
+            first = next((c for c in reach if c[1] > c[0]), None)
+            started[blk] = first != (blk.c0, blk.c0 + blk.nc)
             if started[blk]:
                 b.emit("dve", "memset", f"{plan.name} zero acc", {"value": 0.0},
                        dst=accs[blk].flat("f32", units[0].on, blk.size))
-        W, nv = self.W, band.nv
-        for t, j, kw in order:
+        Wt, nv = cols.width, band.nv
+        for t, jh, jw in order:
             unit = units[t]
-            wtile, woff, k = self.weights.stationary(unit, j, kw)
+            wtile, woff, k = self.weights.stationary(unit, jh, jw)
             loaded = False
             for blk in grp:
-                lo, hi = cols.valid(kw, blk.c0, blk.nc)
+                lo, hi = self._valid(cols, unit, jw, blk)
                 if lo >= hi:
                     continue
                 if not loaded:
                     b.load_stationary(wtile.flat(plan.compute, k, unit.on, woff),
-                                      f"{plan.name} o{unit.o0} c{unit.c0} j{j} kw{kw}")
+                                      f"{plan.name} o{unit.o0} c{unit.c0} chunk ({jh}, {jw})")
                     loaded = True
-                v = blk.r0 * rows.stride + rows.offset(j * unit.fold)
-                base = ((blk.b0 - band.b0) * nv + band.row(v)) * W + lo * cols.stride + cols.offset(kw)
-                src = tiles[t].ap(plan.compute, k, simplify([(nv * W, blk.nb), (rows.stride * W, blk.nr),
-                                                             (cols.stride, hi - lo)]), base)
+                v = blk.r0 * rows.stride + rows.offset(jh * unit.fh)
+                u = lo * sw + plan.cols.offset(jw * unit.fw) - cols.u0
+                base = ((blk.b0 - band.b0) * nv + band.row(v)) * Wt + u
+                src = tiles[t].ap(plan.compute, k, simplify([(nv * Wt, blk.nb), (rows.stride * Wt, blk.nr),
+                                                             (sw, hi - lo)]), base)
                 dst = accs[blk].ap("f32", unit.on, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr),
                                                              (1, hi - lo)]), lo - blk.c0)
                 b.multiply_moving(dst, src, acc=started[blk],
-                                  comment=f"{plan.name} o{unit.o0} b{blk.b0} r{blk.r0} c{unit.c0} j{j} kw{kw}")
+                                  comment=f"{plan.name} o{unit.o0} b{blk.b0} r{blk.r0} c{unit.c0} ({jh}, {jw})")
                 started[blk] = True
         return accs
 

@@ -5,18 +5,22 @@ packs several convolution groups into one tile of at most 128 input and 128 outp
 block-diagonal weight: PE time does not depend on K or M, so one matmul over packed groups (zeros
 between them) costs what one group alone would (depthwise: a diagonal stationary per tap).
 
-When a unit has at most 64 input channels, `fold` shifted copies of the input are stacked on the
-partitions (copy a holds input row r + a * dilation at row r), so one matmul contracts `fold` kernel
-rows at once: the stationary of chunk (j, kw) holds taps (j * fold + a, kw) for a < fold.
+When a unit has at most 64 input channels, shifted copies of the input are stacked on the partitions
+so that one matmul contracts several taps at once: fh copies shifted by rows (copy a holds input row
+r + a * dilation at row r) and, when all kernel rows fit, fw copies of those shifted by columns. The
+stationary of chunk (jh, jw) then holds taps (jh * fh + a, jw * fw + c) for copy (a, c).
 
-On chip a unit's weights are [fold * cn partitions, chunks * KW * on]: partition a * cn + ci, free
-((j * KW + kw) * on + o) holds W[o, ci, j * fold + a, kw] (zero across groups and past the kernel).
+On chip a unit's weights are [fh * fw * cn partitions, NH * NW * on] (NH, NW: row and column chunks):
+partition (a * fw + c) * cn + ci, free ((jh * NW + jw) * on + o) holds W[o, ci, jh * fh + a, jw * fw + c]
+(zero across groups and past the kernel).
 A constant weight is arranged so at compile time (all units side by side in one [P, units * F] tensor,
 one DMA when resident); any other weight is scattered into place on chip by DMA.
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -43,17 +47,36 @@ class Unit:
     cn: int
     o0: int
     on: int
-    fold: int
+    fh: int
+    fw: int
+
+    @property
+    def copies(self) -> int:
+        return self.fh * self.fw
 
 
 @dataclass(frozen=True)
 class SuperGroup:
     ci: tuple[tuple[int, int], ...]  # input-channel tiles (start, count)
     co: tuple[tuple[int, int], ...]  # output-channel tiles
-    fold: int
+    fh: int  # input copies shifted by rows
+    fw: int  # ... and by columns (> 1 only when all kernel rows are folded)
 
 
-def super_groups(channels: int, outputs: int, groups: int, kh: int, parts: int) -> list[SuperGroup]:
+FoldCost = Callable[[int, int, int, int], float]  # (fh, fw, cn, output-channel tiles) -> estimated ns
+
+
+def folds(cn: int, kernel: tuple[int, int], parts: int) -> list[tuple[int, int]]:
+    """The (fh, fw) copy arrangements possible for a tile of `cn` input channels."""
+    options = [(fh, 1) for fh in range(1, min(kernel[0], parts // cn) + 1)]
+    if kernel[0] * cn <= parts:
+        options += [(kernel[0], fw) for fw in range(2, min(kernel[1], parts // (cn * kernel[0])) + 1)]
+    return options
+
+
+def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, int], parts: int,
+                 cost: FoldCost) -> list[SuperGroup]:
+    """Channel tiles; the fold of a single-tile super-group is the cheapest by `cost`."""
     cig, cog = channels // groups, outputs // groups
     pack = max(1, min(groups, parts // cig, parts // cog)) if cig <= parts and cog <= parts else 1
     result = []
@@ -61,8 +84,10 @@ def super_groups(channels: int, outputs: int, groups: int, kh: int, parts: int) 
         gn = min(pack, groups - g0)
         ci = _tiles(g0 * cig, gn * cig, parts)
         co = _tiles(g0 * cog, gn * cog, parts)
-        fold = min(kh, parts // ci[0][1]) if len(ci) == 1 and 2 * ci[0][1] <= parts else 1
-        result.append(SuperGroup(ci, co, fold))
+        fh, fw = 1, 1
+        if len(ci) == 1:
+            fh, fw = min(folds(ci[0][1], kernel, parts), key=lambda f: (cost(*f, ci[0][1], len(co)), f[0] * f[1]))
+        result.append(SuperGroup(ci, co, fh, fw))
     return result
 
 
@@ -78,17 +103,18 @@ class ConvWeights:
         for s, sg in enumerate(sgs):
             for t, (c0, cn) in enumerate(sg.ci):
                 for o0, on in sg.co:
-                    self.units.append(Unit(len(self.units), s, t, c0, cn, o0, on, sg.fold))
-        self.P = max(u.fold * u.cn for u in self.units)
-        self.F = max(self.chunks(u) * self.KW * u.on for u in self.units)
+                    self.units.append(Unit(len(self.units), s, t, c0, cn, o0, on, sg.fh, sg.fw))
+        self.P = max(u.copies * u.cn for u in self.units)
+        self.F = max(self.chunks(u)[0] * self.chunks(u)[1] * u.on for u in self.units)
         self.resident = False
         self.pools: dict[str, Pool] = {}
         self._tiles: dict[int, Tile] = {}
         self._casting = not w.is_const and w.stored_dtype != compute
         self._const: View | None = None
 
-    def chunks(self, unit: Unit) -> int:
-        return -(-self.KH // unit.fold)
+    def chunks(self, unit: Unit) -> tuple[int, int]:
+        """Row and column chunks (NH, NW): matmuls per unit and output block."""
+        return -(-self.KH // unit.fh), -(-self.KW // unit.fw)
 
     def specs(self, budget: int, streamed_bufs: int) -> list[PoolSpec]:
         """Resident (all units, loaded once) when they fit `budget` bytes per partition, else
@@ -112,15 +138,16 @@ class ConvWeights:
             self._load(tile, self.units)
             self._tiles = {u.index: tile for u in self.units}
 
-    def stationary(self, unit: Unit, j: int, kw: int) -> tuple[Tile, int, int]:
-        """(tile, element offset, partitions) of the [K, on] stationary of chunk (j, kw)."""
+    def stationary(self, unit: Unit, jh: int, jw: int) -> tuple[Tile, int, int]:
+        """(tile, element offset, partitions K) of the [K, on] stationary of chunk (jh, jw): the copies of
+        kernel rows past the last are left out of K (they are the last partitions)."""
         if self.resident:
             self.prefetch()
             tile, base = self._tiles[unit.index], unit.index * self.F
         else:
             tile, base = self._tiles[unit.index], 0
-        k = min(unit.fold, self.KH - j * unit.fold) * unit.cn
-        return tile, base + (j * self.KW + kw) * unit.on, k
+        k = min(unit.fh, self.KH - jh * unit.fh) * unit.fw * unit.cn
+        return tile, base + (jh * self.chunks(unit)[1] + jw) * unit.on, k
 
     def fetch(self, units: list[Unit]) -> None:
         """Streamed mode: load the banks of `units` into fresh buffers (before their matmuls)."""
@@ -147,7 +174,7 @@ class ConvWeights:
         if self.w.is_const:
             if self._const is None:
                 self._const = self.b.new_const(self._arranged(), self.compute)
-            p = unit.fold * unit.cn
+            p = unit.copies * unit.cn
             src = self._const.hbm_ap(0, 0, p, [(1, unit.index * self.F, self.F)])
             self.b.dma(tile.flat(self.compute, p, self.F), src, f"{self.tag} weights u{unit.index}", split=DMA_PIECE,
                        min_run=512)
@@ -167,14 +194,13 @@ class ConvWeights:
             o = np.arange(u.o0, u.o0 + u.on)
             mask = (c // self.cig)[:, None] == (o // self.cog)[None, :]  # (cn, on): same group
             i = c - (c // self.cig) * self.cig
-            bank = np.zeros((u.fold * u.cn, self.chunks(u), self.KW, u.on), np.float32)
-            for a in range(u.fold):
-                for j in range(self.chunks(u)):
-                    kh = j * u.fold + a
-                    if kh < self.KH:
-                        taps = w[u.o0:u.o0 + u.on][:, i, kh, :]  # (on, cn, KW)
-                        bank[a * u.cn:(a + 1) * u.cn, j] = taps.transpose(1, 2, 0) * mask[:, None, :]
-            flat = bank.reshape(u.fold * u.cn, -1)
+            nh, nw = self.chunks(u)
+            bank = np.zeros((u.fh, u.fw, u.cn, nh, nw, u.on), np.float32)
+            for a, c, jh, jw in itertools.product(range(u.fh), range(u.fw), range(nh), range(nw)):
+                kh, kw = jh * u.fh + a, jw * u.fw + c
+                if kh < self.KH and kw < self.KW:
+                    bank[a, c, :, jh, jw] = w[u.o0:u.o0 + u.on][:, i, kh, kw].T * mask
+            flat = bank.reshape(u.copies * u.cn, -1)
             out[:flat.shape[0], u.index, :flat.shape[1]] = flat
         return out.reshape(self.P, -1).astype(isa_dtype(self.compute).numpy)
 
@@ -193,33 +219,15 @@ class ConvWeights:
                 o_lo, o_hi = max(u.o0, g * self.cog), min(u.o0 + u.on, (g + 1) * self.cog)
                 if o_lo >= o_hi:
                     continue
-                for a in range(u.fold):
-                    for j in range(self.chunks(u)):
-                        kh = j * u.fold + a
-                        if kh >= self.KH:
-                            continue
-                        self._scatter_block(landing, ldt, u, base, g, (c_lo, c_hi), (o_lo, o_hi), a, j, kh)
+                nh, nw = self.chunks(u)
+                for a, c, jh, jw in itertools.product(range(u.fh), range(u.fw), range(nh), range(nw)):
+                    kh, kw = jh * u.fh + a, jw * u.fw + c
+                    if kh >= self.KH or kw >= self.KW:
+                        continue
+                    src = self.w.hbm_ap(1, c_lo - g * self.cig, c_hi - c_lo, [(0, o_lo, o_hi - o_lo)], {
+                        2: self.KH - 1 - kh if self.flip[0] else kh, 3: self.KW - 1 - kw if self.flip[1] else kw})
+                    dst = landing.ap(ldt, c_hi - c_lo, [(1, o_hi - o_lo)], base + (jh * nw + jw) * u.on + o_lo - u.o0)
+                    self.b.dma(replace(dst, start_partition=(a * u.fw + c) * u.cn + c_lo - u.c0), src,
+                               f"{self.tag} weights g{g} tap ({kh}, {kw})")
         if self._casting:
             copy(b, tile, landing, self.compute, stored, self.P, size, f"{self.tag} weights cast")
-
-    def _scatter_block(self, landing: Tile, ldt: str, u: Unit, base: int, g: int, cs, os_, a: int, j: int,
-                       kh: int) -> None:
-        (c_lo, c_hi), (o_lo, o_hi) = cs, os_
-        src_kh = self.KH - 1 - kh if self.flip[0] else kh
-        kws = [None] if not self.flip[1] else list(range(self.KW))
-        for kw in kws:
-            offset = base + j * self.KW * u.on + (o_lo - u.o0)
-            fixed = {2: src_kh}
-            if kw is None:
-                free = [(3, 0, self.KW), (0, o_lo, o_hi - o_lo)]
-                pattern = [(u.on, self.KW), (1, o_hi - o_lo)]
-            else:
-                fixed[3] = self.KW - 1 - kw
-                free = [(0, o_lo, o_hi - o_lo)]
-                pattern = [(1, o_hi - o_lo)]
-                offset += kw * u.on
-            src = self.w.hbm_ap(1, c_lo - g * self.cig, c_hi - c_lo, free, fixed)
-            dst = replace(landing.ap(ldt, c_hi - c_lo, pattern, offset),
-                          start_partition=a * u.cn + c_lo - u.c0)
-            self.b.dma(dst, src, f"{self.tag} weights g{g} kh{kh}")
-
