@@ -106,6 +106,8 @@ class CompiledGraph:
             executable = compile_model(module, **self.options)
         except NeuroncError as e:
             return _eager(self.gm, f"the compiler cannot handle it yet: {e}")
+        except Exception as e:  # a compiler bug: keep the user's model running, but say so
+            return _eager(self.gm, f"internal compiler error (please report it): {type(e).__name__}: {e}")
         output = next(n for n in self.gm.graph.nodes if n.op == "output")
         _, out_spec = pytree.tree_flatten(output.args[0])
         return _Run(executable, out_spec, [HLO_TO_TORCH[s.dtype] for s in _output_shapes(module)])
