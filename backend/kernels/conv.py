@@ -83,7 +83,7 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
     if any(w.lhs_dilate != 1 for w in window.dims):
         raise CompilationError(f"{where}: base dilation (lhs_dilate, a transposed convolution) is not "
                                "supported by the backend")
-    leaves = view_leaves(epilogue)
+    leaves = view_leaves(epilogue, where)
     x = lhs.transpose((d.lhs_batch, d.lhs_feature, *d.lhs_spatial))
     w = rhs.transpose((d.rhs_output, d.rhs_input, *d.rhs_spatial))
     perm = (d.out_batch, d.out_feature, *d.out_spatial)

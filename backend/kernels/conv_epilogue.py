@@ -10,22 +10,27 @@ from __future__ import annotations
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
-from backend.kernels.expr import Node, TileEvaluator, substitute_leaves, temps_needed, walk
+from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
+from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.layout import View, itemsize
+from compiler.errors import CompilationError
 from isa.program import AccessPattern
 
 LEAF_BUDGET = 16 * 1024  # bytes per partition for cached broadcast rows of the epilogue's operands
 
 
-def view_leaves(root: Node) -> list[Node]:
+def view_leaves(root: Node, where: str) -> list[Node]:
     """The nodes of `root` that read an HBM view (their views have the kernel output's logical dims)."""
-    return [n for n in walk(root) if n.op == "leaf" and n.view is not None]
+    if has_reduce(root):
+        raise CompilationError(f"{where}: a reduction in the epilogue of a convolution, pooling or gather is "
+                               "not supported by the backend")
+    return view_nodes(root)
 
 
 def with_views(root: Node, leaves: list[Node], views: list[View]) -> Node:
     """`root` with the views of `leaves` (from view_leaves) replaced, in order."""
-    return substitute_leaves(root, {id(n): v for n, v in zip(leaves, views, strict=True)})
+    return substitute_views(root, {id(n): v for n, v in zip(leaves, views, strict=True)})
 
 
 def is_bare(root: Node) -> bool:
@@ -41,17 +46,24 @@ class Epilogue:
         self.b, self.root, self.out, self.label = builder, root, out, label
         self.p_axis, self.f_axis = p_axis, f_axis
         self.pmax, self.fmax, self.out_buffers, self.store_split = pmax, fmax, out_buffers, store_split
-        self.loader = LeafLoader(builder, root, p_axis, f_axis, label)
+        self.loader = LeafLoader(builder, root, p_axis, (f_axis,), label)
+        self.temps = Temporaries("epi_temps", fmax)
+        dry_leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
+        dry_acc = AccessPattern("sbuf", "f32", 0, ((1, fmax),), partitions=pmax)
+        coords = Coords(p_axis, 0, ((f_axis, 0, fmax),))
+        self.temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, fmax, dry_leaves, acc=dry_acc,
+                                                           coords=coords).run(root, dry_acc))
         self.pools: dict[str, Pool] = {}
 
     def specs(self) -> list[PoolSpec]:
-        return [PoolSpec("epi_temps", "sbuf", self.fmax * 4, 2 * temps_needed(self.root)),
-                PoolSpec("epi_out", "sbuf", self.fmax * itemsize(self.out.dtype), self.out_buffers)
-                ] + self.loader.specs(self.pmax, self.fmax, 2, LEAF_BUDGET)
+        return self.temps.specs() + [PoolSpec("epi_out", "sbuf", self.fmax * itemsize(self.out.dtype),
+                                              self.out_buffers)] + self.loader.specs(self.pmax, self.fmax, 2,
+                                                                                    LEAF_BUDGET)
 
     def bind(self, pools: dict[str, Pool]) -> None:
         self.pools = pools
         self.loader.bind(pools)
+        self.temps.bind(pools)
 
     def out_buffer(self) -> Tile:
         """A fresh output buffer of [pmax, fmax] in the output dtype (a kernel with a bare epilogue
@@ -62,8 +74,11 @@ class Epilogue:
             label: str) -> None:
         """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it."""
         dst = self.out_buffer().flat(self.out.dtype, pw, fw)
-        operands = self.loader.load(fixed, p0, pw, f0, fw)
-        TileEvaluator(self.b, self.pools["epi_temps"], pw, fw, operands, acc=acc, label=label).run(self.root, dst)
+        free = [(self.f_axis, f0, fw)]
+        operands = self.loader.load(fixed, p0, pw, free)
+        coords = Coords(self.p_axis, p0, tuple(free), tuple(fixed.items()))
+        TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label, coords=coords).run(
+            self.root, dst)
         self.store(fixed, p0, pw, f0, fw, dst, label)
 
     def store(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, tile: AccessPattern,

@@ -80,7 +80,7 @@ def plan_gather(inst: HloInstruction, name: str, operand: View, indices: View, o
     rest = [d for d in range(rank) if d != a]
     batch = [o for o in range(out.rank) if o not in g.offset_dims]
     perm = tuple(batch + [out_of[d] for d in rest] + ([out_of[a]] if a in out_of else []))
-    leaves = view_leaves(epilogue)
+    leaves = view_leaves(epilogue, where)
     outs = []
     for v in [out] + [node.view for node in leaves]:
         v = v.transpose(perm)

@@ -87,7 +87,7 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
         raise CompilationError(f"{where}: a window over {len(windowed)} dimensions (at most 2 are supported)")
     trivial = [a for a in range(x.rank) if a not in windowed]
     perm = tuple(trivial + windowed)
-    leaves = view_leaves(epilogue)
+    leaves = view_leaves(epilogue, where)
     views = [v.transpose(perm) for v in [x, out] + [node.view for node in leaves]]
     wdims = [window.dims[a] for a in windowed]
     nt = len(trivial)
