@@ -122,13 +122,26 @@ def neuronc_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
     leaves = pytree.tree_leaves(output.args[0])
     if not all(isinstance(v, fx.Node) and isinstance(v.meta.get("example_value"), torch.Tensor) for v in leaves):
         return _eager(gm, "it returns values that are not tensors")
-    graph = CompiledGraph(gm, dict(options or {}))
+    graph = CompiledGraph(gm, _checked(options))
     if all(isinstance(t, torch.Tensor | bool | int | float) for t in example_inputs):
         first = graph.specialize(example_inputs)  # compile now: a graph that falls back costs nothing
         if first is gm.forward:
             return first
         graph.specializations[_signature(example_inputs)] = first
     return graph
+
+
+def _checked(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The options for compiler.compile; a misspelt one is an error, not a silent fallback."""
+    import dataclasses
+
+    from compiler.driver import CompileOptions
+
+    known = {f.name for f in dataclasses.fields(CompileOptions)} - {"capture"}
+    unknown = sorted(set(options or {}) - known)
+    if unknown:
+        raise NeuroncError(f"unknown neuronc option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    return dict(options or {})
 
 
 def _output_shapes(module: Any) -> list[Any]:
