@@ -10,7 +10,9 @@
      never holds up SP's prefetch triggers. An instruction more than one engine can run (copies,
      elementwise ALU ops, memset, iota; the ISA table and the engines' memories decide, e.g. POOL
      never touches PSUM) goes to the engine where it finishes first; a plain ACT copy moved to DVE or
-     POOL becomes a tensor_copy. A DMA goes to the queue it can start on first (round robin on ties).
+     POOL becomes a tensor_copy. A DMA goes to the queue it can start on first. Queues are FIFO, so
+     SP triggers a transfer only shortly (DMA_BACKLOG_NS) before a queue frees: an early trigger of
+     a prefetch needed late would hold up a transfer needed sooner that becomes ready meanwhile.
    - "ready_time": the same loop, but each engine takes the earliest-emitted ready instruction (the
      first list scheduler of this backend; kept for comparison).
    - "inorder": program order, engines as the kernels chose them, DMA queues round robin.
@@ -41,6 +43,7 @@ PE_LOAD_SEM = 4  # PE's LoadStationary completes out of order with the matmul it
 QUEUE_SEM_BASE = 5
 COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
 SCHEDULERS = ("list", "ready_time", "inorder")
+DMA_BACKLOG_NS = 1000.0  # list scheduling: SP triggers a transfer at most this long before a queue frees
 COPY_ENGINES = OPCODES["tensor_copy"].engines
 
 
@@ -105,8 +108,9 @@ def move_to(inst: Instruction, engine: str) -> None:
 class Timeline:
     """Estimated state of the engines and DMA queues while instructions are placed in order."""
 
-    def __init__(self, costs: CostModel, n_queues: int):
+    def __init__(self, costs: CostModel, n_queues: int, backlog_ns: float | None = None):
         self.costs = costs
+        self.backlog_ns = backlog_ns
         self.end = dict.fromkeys((*COMPUTE_ENGINES, "sp"), 0.0)
         self.load_end = 0.0  # PE: completion of the last LoadStationary
         self.last_start = 0.0  # PE: start of the last instruction
@@ -116,8 +120,16 @@ class Timeline:
         self.busy = dict.fromkeys((*COMPUTE_ENGINES, "sp", "dma"), 0.0)
 
     def free(self, engine: str) -> float:
-        """When `engine` could start its next (non-load) instruction."""
-        return max(self.end["pe"], self.load_end) if engine == "pe" else self.end[engine]
+        """When `engine` could start its next (non-load) instruction. With a backlog limit, SP
+        triggers a transfer only when it would reach a queue at most `backlog_ns` before the queue
+        frees: queues are FIFO, so an early trigger of a transfer needed late would hold up one
+        needed sooner that becomes ready meanwhile."""
+        if engine == "pe":
+            return max(self.end["pe"], self.load_end)
+        if engine == "sp" and self.backlog_ns is not None:
+            first_free = min(self.queue_free) - self.trigger - self.costs.fixed_ns - self.backlog_ns
+            return max(self.end["sp"], first_free)
+        return self.end[engine]
 
     def estimate(self, inst: Instruction, engine: str, ready: float) -> tuple[float, float]:
         """(start, finish) of `inst` on the compute engine `engine` if placed now."""
@@ -144,7 +156,7 @@ class Timeline:
 
     def place_dma(self, inst: Instruction, ready: float, queue: int | None) -> tuple[float, float, int]:
         """(trigger start, transfer end, queue): the queue given, or the one the transfer starts on first."""
-        start = max(ready, self.end["sp"])
+        start = max(ready, self.free("sp"))
         self.end["sp"] = start + self.trigger
         self.busy["sp"] += self.trigger
         arrive = start + self.trigger + self.costs.fixed_ns
@@ -184,12 +196,13 @@ def bottom_levels(ops: list[Instruction], succs: list[list[int]], costs: CostMod
 class _Placer:
     """Commits instructions one at a time to the timeline, tracking readiness of their successors."""
 
-    def __init__(self, ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int):
+    def __init__(self, ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int,
+                 backlog_ns: float | None = None):
         self.ops = ops
         self.succs = _successors(preds)
         self.indeg = [len(ps) for ps in preds]
         self.ready = [0.0] * len(ops)
-        self.timeline = Timeline(costs, n_queues)
+        self.timeline = Timeline(costs, n_queues, backlog_ns)
         n = len(ops)
         self.placement = Placement([], [op.engine for op in ops], {}, [0.0] * n, [0.0] * n)
 
@@ -233,7 +246,7 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
                   priority: str = "list") -> Placement:
     """List scheduling on the estimated timeline; `priority` "list" (critical path) or "ready_time"."""
     n = len(ops)
-    placer = _Placer(ops, preds, costs, n_queues)
+    placer = _Placer(ops, preds, costs, n_queues, DMA_BACKLOG_NS if priority == "list" else None)
     tl = placer.timeline
     choices = [engine_choices(op) if priority == "list" else (op.engine,) for op in ops]
     if priority == "list":
