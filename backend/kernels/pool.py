@@ -29,12 +29,14 @@ from compiler.hlo.ir import Computation, WindowDim
 from compiler.hlo.ir import Instruction as HloInstruction
 from compiler.hlo.shape_util import ShapeInferenceError
 from compiler.hlo.shape_window import window_of, window_output_size
+from isa.program import AccessPattern
 
 # reducer computation root opcode -> (ISA op, identity)
 REDUCERS: dict[str, tuple[str, float]] = {
     "maximum": ("max", float("-inf")), "minimum": ("min", float("inf")), "add": ("add", 0.0),
     "multiply": ("multiply", 1.0),
 }
+REDUCE_OPS = ("add", "max", "min")  # tensor_reduce's ops
 BLOCK = 2048  # max output pixels per accumulator tile
 X_BUDGET = 96 * 1024  # bytes per partition for the band tiles
 
@@ -187,6 +189,23 @@ class _PoolKernel:
             copy(b, tile, landing, x.dtype, ldt, pw, nv * W, f"{label} cast")
         return tile
 
+    def _reduce_taps(self, tile: Tile, band: Band, blk: Block, whole: AccessPattern, label: str) -> None:
+        """Every tap of every output of `blk` inside the input: one DVE tensor_reduce over the strided
+        [rows, columns, kernel rows, kernel columns] view of the band."""
+        rows, cols, W = self.plan.rows, self.plan.cols, self.W
+        dims = [(rows.stride * W, blk.nr, False), (cols.stride, blk.nc, False),
+                (rows.dilation * W, rows.taps, True), (cols.dilation, cols.taps, True)]
+        dims = [d for d in dims if d[1] > 1] or [(1, 1, True)]
+        reduced = [i for i, d in enumerate(dims) if d[2]]
+        axes = "all" if len(reduced) == len(dims) else ",".join(map(str, reduced))
+        base = band.row(blk.r0 * rows.stride + rows.offset(0)) * W + blk.c0 * cols.stride + cols.offset(0)
+        src = tile.ap(self.x.dtype, whole.partitions, [(s, c) for s, c, _ in dims], base)
+        if not reduced:  # a 1x1 window (strided subsampling)
+            self.b.emit("dve", "tensor_copy", f"{label} tap", dst=whole, src=src)
+            return
+        attrs = {"op": self.plan.op} | ({} if axes == "all" else {"axes": axes})
+        self.b.emit("dve", "tensor_reduce", f"{label} taps", attrs, dst=whole, src=src)
+
     def _block(self, fixed: dict[int, int], p0: int, pw: int, band: Band, tile: Tile, blk: Block) -> None:
         b, plan = self.b, self.plan
         rows, cols, W = plan.rows, plan.cols, self.W
@@ -210,12 +229,16 @@ class _PoolKernel:
             return dst, src
 
         whole = acc_tile.flat(acc_dtype, pw, fw)
-        if full is None:
+        every = all(cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc) for kw in range(cols.taps))
+        if every and plan.op in REDUCE_OPS and fw * len(taps) <= b.target.data["stream"]["max_free_sbuf"]:
+            self._reduce_taps(tile, band, blk, whole, label)
+            engine = "dve"
+        elif full is None:
             b.emit(engine, "memset", f"{label} identity", {"value": plan.identity}, dst=whole)
         else:
             dst, src = views(*full)
             b.emit(engine, "tensor_copy", f"{label} tap{full}", dst=dst, src=src)
-        for kh, kw in taps:
+        for kh, kw in taps if not every or plan.op not in REDUCE_OPS else ():
             pair = views(kh, kw) if (kh, kw) != full else None
             if pair is not None:
                 b.emit(engine, "tensor_tensor", f"{label} tap({kh}, {kw})", {"op": plan.op},

@@ -115,6 +115,13 @@ def test_nhwc_window_and_dilation():
     check(text, x)
 
 
+def test_strided_subsampling_window():
+    """A 1x1 window with stride 2 and a 2x1 window: strided copies and reductions of one tap axis."""
+    x = rand(2, 6, 9, 8, seed=11)
+    check(pool_text(x.shape, (1, 1, 1, 1), (1, 1, 2, 2), ((0, 0),) * 4, "maximum"), x)
+    check(pool_text(x.shape, (1, 1, 2, 1), (1, 1, 2, 1), ((0, 0),) * 4, "add"), x, TOL["f32"])
+
+
 def test_init_value_that_is_not_the_identity():
     x = rand(2, 4, 6, 6, seed=8)
     check(pool_text(x.shape, *nchw(3, 2, 1), "maximum", init="0.25"), x)
