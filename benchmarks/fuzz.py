@@ -1,0 +1,200 @@
+"""Differential fuzzing campaign: ``python benchmarks/fuzz.py --n N [--seed S] [--ops CLASS ...]``.
+
+Case i of seed S is the program generated from ``random.Random("S:i")``, compiled at -O0..-O3 for trn1 and
+trn2, run in checked mode and compared with the interpreter, eager torch and a float64 reference (see
+tests/fuzz/). Compile errors of op classes the backend does not support yet are counted apart from real
+failures. The first cases of each new failure signature are shrunk and saved as .hlo reproducers (default
+tests/regressions/, which tests/regressions/test_regressions.py runs). Prints a summary; --json writes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from tests.fuzz.choices import RandomChooser  # noqa: E402
+from tests.fuzz.generate import OP_CLASSES, GenConfig, generate  # noqa: E402
+from tests.fuzz.harness import ALL_CONFIGS, SUPPORTED_CLASSES, Failure, run_case  # noqa: E402
+from tests.fuzz.minimize import drop_unused_parameters, same_failure, save_reproducer, shrink  # noqa: E402
+
+
+class CaseTimeout(BaseException):
+    """Raised by SIGALRM when one case runs too long (a BaseException, so no handler inside swallows it)."""
+
+
+@dataclass
+class Campaign:
+    cases: int = 0
+    ok: int = 0
+    unsupported_cases: int = 0
+    failing_cases: int = 0
+    timeouts: list[int] = field(default_factory=list)
+    emulator_runs: int = 0
+    kinds: Counter = field(default_factory=Counter)  # failure kind -> cases
+    unsupported: Counter = field(default_factory=Counter)  # unsupported signature -> cases
+    signatures: dict[str, dict] = field(default_factory=dict)  # failure signature -> first case, count, files
+
+    def to_dict(self) -> dict:
+        return {"cases": self.cases, "ok": self.ok, "unsupported_cases": self.unsupported_cases,
+                "failing_cases": self.failing_cases, "timeouts": self.timeouts,
+                "emulator_runs": self.emulator_runs, "failures_by_kind": dict(self.kinds),
+                "unsupported": dict(self.unsupported), "signatures": self.signatures}
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, required=True, help="number of cases")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--start", type=int, default=0, help="first case index (to resume a campaign)")
+    p.add_argument("--ops", nargs="+", default=["all"], metavar="CLASS",
+                   help=f"op classes: {' '.join(OP_CLASSES)}; 'all' (default) or 'supported'")
+    p.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"])
+    p.add_argument("--max-ops", type=int, default=8)
+    p.add_argument("--max-dim", type=int, default=700)
+    p.add_argument("--max-elements", type=int, default=1 << 16)
+    p.add_argument("--max-macs", type=int, default=1 << 22)
+    p.add_argument("--timeout", type=int, default=300, help="seconds per case")
+    p.add_argument("--out", default=str(ROOT / "tests" / "regressions"), help="where reproducers go")
+    p.add_argument("--save-per-signature", type=int, default=2, help="reproducers saved per failure signature")
+    p.add_argument("--shrink-evaluations", type=int, default=300)
+    p.add_argument("--json", help="write the summary here")
+    p.add_argument("--progress", type=int, default=100, help="print a progress line every this many cases")
+    return p.parse_args(argv)
+
+
+def _classes(ops: list[str]) -> tuple[str, ...]:
+    if ops == ["all"]:
+        return OP_CLASSES
+    if ops == ["supported"]:
+        return tuple(c for c in OP_CLASSES if c in SUPPORTED_CLASSES)
+    unknown = [o for o in ops if o not in OP_CLASSES]
+    if unknown:
+        raise SystemExit(f"fuzz.py: unknown op class(es) {', '.join(unknown)}; known: {', '.join(OP_CLASSES)}")
+    return tuple(ops)
+
+
+def _on_alarm(signum, frame):  # noqa: ARG001
+    raise CaseTimeout()
+
+
+def _minimize_and_save(program, result, signature: str, config: GenConfig, args, origin: str) -> str:
+    configs = result.failing_configs(signature)[:1] or list(ALL_CONFIGS[:1])
+    shrunk = shrink(program.choices, config, same_failure(signature, configs),
+                    max_evaluations=args.shrink_evaluations, deadline_s=args.timeout)
+    final = run_case(shrunk.program.module, classes=shrunk.program.classes)
+    trimmed = run_case(drop_unused_parameters(shrunk.program.module), classes=shrunk.program.classes)
+    if signature in trimmed.signatures():
+        final = trimmed
+    if signature not in final.signatures():  # flaky under all configs: keep the original
+        final, shrunk_note = result, "not minimized"
+    else:
+        shrunk_note = (f"minimized from {shrunk.original_choices} to {len(shrunk.program.choices)} choices "
+                       f"in {shrunk.evaluations} evaluations")
+    path = save_reproducer(final, signature, Path(args.out), f"{origin}; {shrunk_note}")
+    return str(path)
+
+
+def _record(campaign: Campaign, case: int, result, program, config: GenConfig, args) -> None:
+    campaign.emulator_runs += result.runs
+    for failure in {f.signature: f for f in result.unsupported}.values():
+        campaign.unsupported[failure.signature] += 1
+    if result.ok:
+        if result.unsupported:
+            campaign.unsupported_cases += 1
+        else:
+            campaign.ok += 1
+        return
+    campaign.failing_cases += 1
+    for kind in {f.kind for f in result.failures}:
+        campaign.kinds[kind] += 1
+    by_signature: dict[str, Failure] = {}
+    for f in result.failures:
+        by_signature.setdefault(f.signature, f)
+    for signature, failure in by_signature.items():
+        levels = sorted({f"-O{c.opt_level}" for c in result.failing_configs(signature)})
+        key = f"{signature} [{','.join(levels)}]"  # one bug often fails at the same levels
+        entry = campaign.signatures.setdefault(key, {"count": 0, "first_case": case, "example": str(failure),
+                                                     "cases": [], "reproducers": []})
+        if len(entry["cases"]) < 50:
+            entry["cases"].append(case)
+        entry["count"] += 1
+        if len(entry["reproducers"]) < args.save_per_signature:
+            origin = f"found by benchmarks/fuzz.py --seed {args.seed}, case {case}"
+            try:
+                entry["reproducers"].append(_minimize_and_save(program, result, signature, config, args, origin))
+            except CaseTimeout:
+                entry["reproducers"].append(str(save_reproducer(result, signature, Path(args.out),
+                                                                f"{origin}; not minimized (timeout)")))
+            print(f"  case {case}: {failure} -> {entry['reproducers'][-1]}", flush=True)
+
+
+def run(args: argparse.Namespace) -> Campaign:
+    config = GenConfig(classes=_classes(args.ops), dtypes=tuple(args.dtypes), max_ops=args.max_ops,
+                       max_dim=args.max_dim, max_elements=args.max_elements, max_macs=args.max_macs)
+    campaign = Campaign()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    t0 = time.monotonic()
+    for case in range(args.start, args.start + args.n):
+        program = generate(RandomChooser(f"{args.seed}:{case}"), config)
+        signal.alarm(args.timeout)
+        try:
+            result = run_case(program.module, classes=program.classes)
+            signal.alarm(args.timeout * 3)  # shrinking and saving reproducers
+            _record(campaign, case, result, program, config, args)
+        except CaseTimeout:
+            campaign.timeouts.append(case)
+            print(f"  case {case}: timeout after {args.timeout} s", flush=True)
+        finally:
+            signal.alarm(0)
+        campaign.cases += 1
+        if campaign.cases % args.progress == 0:
+            rate = campaign.cases / (time.monotonic() - t0)
+            print(f"[{campaign.cases}/{args.n}] ok {campaign.ok}, unsupported {campaign.unsupported_cases}, "
+                  f"failing {campaign.failing_cases}, timeouts {len(campaign.timeouts)} ({rate:.2f} cases/s)",
+                  flush=True)
+    return campaign
+
+
+def summary(campaign: Campaign, args: argparse.Namespace, seconds: float) -> str:
+    lines = [f"fuzz campaign: seed {args.seed}, cases {args.start}..{args.start + campaign.cases - 1}, "
+             f"op classes {' '.join(_classes(args.ops))}, {seconds / 60:.1f} min",
+             f"  cases: {campaign.cases} (each at {len(ALL_CONFIGS)} configurations; "
+             f"{campaign.emulator_runs} emulator runs)",
+             f"  ok: {campaign.ok}",
+             f"  unsupported only: {campaign.unsupported_cases}",
+             f"  failing: {campaign.failing_cases}  {dict(campaign.kinds)}",
+             f"  timeouts: {len(campaign.timeouts)} {campaign.timeouts[:20]}"]
+    if campaign.unsupported:
+        lines.append("unsupported (cases):")
+        lines += [f"  {n:6d}  {s}" for s, n in campaign.unsupported.most_common()]
+    if campaign.signatures:
+        lines.append("failure signatures (cases, first case, reproducers):")
+        for entry in sorted(campaign.signatures.values(), key=lambda e: -e["count"]):
+            lines.append(f"  {entry['count']:6d}  case {entry['first_case']}: {entry['example'][:300]}")
+            lines += [f"          -> {r}" for r in entry["reproducers"]]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse_args(argv)
+    t0 = time.monotonic()
+    campaign = run(args)
+    text = summary(campaign, args, time.monotonic() - t0)
+    print(text)
+    if args.json:
+        Path(args.json).write_text(json.dumps(campaign.to_dict(), indent=2))
+    return 0 if campaign.failing_cases == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
