@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
-from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, plan_bands, simplified, simplify
+from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_groups
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
@@ -105,18 +105,6 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
     groups = int(inst.attrs.get("feature_group_count", 1))
     return ConvPlan(name, where, x, w, merged[0], epilogue, axes[0], axes[1], groups,
                     (wdims[0].reversal, wdims[1].reversal), compute_dtype(lhs, rhs, where))
-
-
-def _pieces(band: Band, rows: Axis) -> list[tuple[int, int]]:
-    """Tile rows of `band` split where its blocks' needs begin: [start, end) in block order."""
-    pieces, done = [], 0
-    for blk in band.blocks:
-        _, hi = rows.span(blk.r0, blk.nr)
-        end = band.nv if blk is band.blocks[-1] else min(band.nv, band.row(hi))
-        if end > done:
-            pieces.append((done, end))
-            done = end
-    return pieces
 
 
 def conv_kernel(builder: ProgramBuilder, plan: ConvPlan) -> None:
@@ -250,7 +238,7 @@ class _ConvKernel:
             if u1 > u0:
                 zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (Wt, nv), (1, u1 - u0)]), u0)
                 b.emit("dve", "memset", f"{label} zero columns", {"value": 0.0}, dst=zero)
-        for r0, r1 in _pieces(band, plan.rows):  # in block order, so the first matmuls start early
+        for r0, r1 in band_pieces(band, plan.rows):  # in block order, so the first matmuls start early
             for a, c in itertools.product(range(sg.fh), range(sg.fw)):
                 t0, t1 = max(r0, -band.v0 - a * dh), min(r1, self.H - band.v0 - a * dh)
                 w0, w1 = max(0, -cols.u0 - c * dw), min(Wt, self.W - cols.u0 - c * dw)

@@ -155,3 +155,16 @@ def _band(b: int, blocks: list[tuple[int, int, int, int]], rows: Axis) -> Band:
     r0 = blocks[0][0]
     v0, v1 = rows.span(r0, blocks[-1][0] + blocks[-1][1] - r0)
     return Band(b, 1, v0, v1 - v0, tuple(Block(b, 1, r, nr, c0, nc) for r, nr, c0, nc in blocks))
+
+
+def band_pieces(band: Band, rows: Axis) -> list[tuple[int, int]]:
+    """Tile rows of `band` split where its blocks' needs begin: [start, end) in block order (loads in
+    these pieces let the first blocks start before the whole band has arrived)."""
+    pieces, done = [], 0
+    for blk in band.blocks:
+        _, hi = rows.span(blk.r0, blk.nr)
+        end = band.nv if blk is band.blocks[-1] else min(band.nv, band.row(hi))
+        if end > done:
+            pieces.append((done, end))
+            done = end
+    return pieces

@@ -16,12 +16,12 @@ POOL by estimated load.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, is_bare, view_leaves, with_views
-from backend.kernels.conv_geometry import Axis, Band, Block, copy, plan_bands, simplified, simplify
+from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
 from compiler.errors import CompilationError
@@ -38,6 +38,7 @@ REDUCERS: dict[str, tuple[str, float]] = {
 }
 REDUCE_OPS = ("add", "max", "min")  # tensor_reduce's ops
 BLOCK = 2048  # max output pixels per accumulator tile
+MIN_BLOCK, PIPELINE = 256, 8  # smaller blocks than BLOCK so that loads, reductions and stores overlap
 X_BUDGET = 96 * 1024  # bytes per partition for the band tiles
 
 
@@ -116,6 +117,11 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
     return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, init_value)
 
 
+def _startable(start: int, count: int) -> bool:
+    """Whether compute engines may address partitions [start, start + count) (machine-model.md)."""
+    return start == 0 or (count <= 64 and start % 64 == 0) or (count <= 32 and start % 32 == 0)
+
+
 def pool_kernel(builder: ProgramBuilder, plan: PoolPlan) -> None:
     _PoolKernel(builder, plan).run()
 
@@ -132,9 +138,17 @@ class _PoolKernel:
         self.P, self.H, self.W = x.dims[self.nt - 1:]
         self.casting = x.cast is not None
         self.direct = is_bare(plan.epilogue)  # nothing to evaluate: accumulate straight into the output tile
-        self.block = min(BLOCK, plan.rows.out * plan.cols.out)
+        # few channels: groups of output rows side by side on the partitions (group k on partitions
+        # [k * P, (k + 1) * P), its virtual input rows `shift` further down); results stored per group
+        self.groups, self.rows = 1, plan.rows
+        if self.direct and 2 * self.P <= self.parts and plan.rows.out > 1:
+            per = -(-plan.rows.out // min(self.parts // self.P, plan.rows.out))
+            self.groups, self.rows = -(-plan.rows.out // per), replace(plan.rows, out=per)
+        self.shift = self.rows.out * self.rows.stride
+        pixels = self.rows.out * plan.cols.out  # per partition; at least PIPELINE blocks when large
+        self.block = min(BLOCK, pixels, max(MIN_BLOCK, -(-pixels // PIPELINE)))
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, self.nt - 1, self.nt, plan.name,
-                                 min(self.parts, self.P), self.block, builder.options.output_buffers)
+                                 min(self.parts, self.P * self.groups), self.block, builder.options.output_buffers)
         self.pools: dict[str, Pool] = {}
 
     def run(self) -> None:
@@ -148,7 +162,7 @@ class _PoolKernel:
             per = nv * self.W + 16
             return 2 * per * xsz + (2 * per * ssz if self.casting else 0)
 
-        bands = plan_bands(1, plan.rows, plan.cols, block, lambda nb, nv: tile_bytes(nv) <= room)
+        bands = plan_bands(1, self.rows, plan.cols, block, lambda nb, nv: tile_bytes(nv) <= room)
         nv = max(bd.nv for bd in bands)
         if tile_bytes(nv) > room:
             raise CompilationError(f"{plan.where}: the {nv} input rows of {self.W} elements one output block "
@@ -170,29 +184,43 @@ class _PoolKernel:
         b.alloc.end_kernel()
 
     def _load_band(self, fixed: dict[int, int], p0: int, pw: int, band: Band) -> Tile:
+        """Virtual input rows [v0, v0 + nv) of partitions [p0, p0 + pw) (row group k: shifted by k * shift,
+        on partitions k * pw...), rows outside the input set to the reducer's identity."""
         b, plan, x, W, nv = self.b, self.plan, self.x, self.W, band.nv
-        nt = self.nt
+        nt, parts = self.nt, self.groups * pw
         tile = self.pools["x"].next()
         landing, ldt = (self.pools["x_stage"].next(), x.stored_dtype) if self.casting else (tile, x.dtype)
         label = f"{plan.name} p{p0} v{band.v0}"
-        top = min(max(-band.v0, 0), nv)
-        bottom = min(max(self.H - band.v0, top), nv)
-        for r0, r1 in ((0, top), (bottom, nv)):
-            if r1 > r0:
-                b.emit("dve", "memset", f"{label} fill rows", {"value": plan.identity},
-                       dst=landing.flat(ldt, pw, (r1 - r0) * W, r0 * W))
-        if bottom > top:
-            src = x.hbm_ap(nt - 1, p0, pw, [(nt, band.v0 + top, bottom - top), (nt + 1, 0, W)], fixed)
-            dst = landing.flat(ldt, pw, (bottom - top) * W, top * W)
-            b.dma(dst, simplified(src), f"{label} load")
-        if self.casting:
-            copy(b, tile, landing, x.dtype, ldt, pw, nv * W, f"{label} cast")
+        # rows outside the input: per group where its partitions may start an instruction (so the fill
+        # does not order the other groups' loads behind it), else for all partitions at once
+        per_group = all(_startable(k * pw, pw) for k in range(self.groups))
+        for k, first, count in ([(k, k * pw, pw) for k in range(self.groups)] if per_group else [(None, 0, parts)]):
+            shifts = [k * self.shift] if k is not None else [0, (self.groups - 1) * self.shift]
+            top = min(max(-band.v0 - shifts[0], 0), nv)
+            bottom = min(max(self.H - band.v0 - shifts[-1], top), nv)
+            for r0, r1 in ((0, top), (bottom, nv)):
+                if r1 > r0:
+                    dst = replace(landing.flat(ldt, count, (r1 - r0) * W, r0 * W), start_partition=first)
+                    b.emit("dve", "memset", f"{label} fill rows", {"value": plan.identity}, dst=dst)
+        for r0, r1 in band_pieces(band, self.rows):  # in block order, so the first blocks start early
+            for k in range(self.groups):
+                v0 = band.v0 + k * self.shift
+                t0, t1 = max(min(max(-v0, 0), nv), r0), min(min(max(self.H - v0, 0), nv), r1)
+                if t1 > t0:
+                    src = x.hbm_ap(nt - 1, p0, pw, [(nt, v0 + t0, t1 - t0), (nt + 1, 0, W)], fixed)
+                    dst = replace(landing.flat(ldt, pw, (t1 - t0) * W, t0 * W), start_partition=k * pw)
+                    b.dma(dst, simplified(src), f"{label} rows {t0}:{t1} +{k * self.shift} load", split=DMA_PIECE,
+                          min_run=512)
+            if self.casting:
+                n = (r1 - r0) * W
+                b.copy(tile.flat(x.dtype, parts, n, r0 * W), landing.flat(ldt, parts, n, r0 * W),
+                       f"{label} cast rows {r0}:{r1}", engines=("act", "dve", "pool"))
         return tile
 
     def _reduce_taps(self, tile: Tile, band: Band, blk: Block, whole: AccessPattern, label: str) -> None:
         """Every tap of every output of `blk` inside the input: one DVE tensor_reduce over the strided
         [rows, columns, kernel rows, kernel columns] view of the band."""
-        rows, cols, W = self.plan.rows, self.plan.cols, self.W
+        rows, cols, W = self.rows, self.plan.cols, self.W
         dims = [(rows.stride * W, blk.nr, False), (cols.stride, blk.nc, False),
                 (rows.dilation * W, rows.taps, True), (cols.dilation, cols.taps, True)]
         dims = [d for d in dims if d[1] > 1] or [(1, 1, True)]
@@ -206,9 +234,10 @@ class _PoolKernel:
         attrs = {"op": self.plan.op} | ({} if axes == "all" else {"axes": axes})
         self.b.emit("dve", "tensor_reduce", f"{label} taps", attrs, dst=whole, src=src)
 
-    def _block(self, fixed: dict[int, int], p0: int, pw: int, band: Band, tile: Tile, blk: Block) -> None:
+    def _block(self, fixed: dict[int, int], p0: int, pw_in: int, band: Band, tile: Tile, blk: Block) -> None:
         b, plan = self.b, self.plan
-        rows, cols, W = plan.rows, plan.cols, self.W
+        rows, cols, W = self.rows, plan.cols, self.W
+        pw = pw_in * self.groups
         f0, fw = blk.r0 * cols.out + blk.c0, blk.nr * blk.nc
         label = f"{plan.name} p{p0} f{f0}"
         acc_dtype = plan.out.dtype if self.direct else "f32"
@@ -246,6 +275,11 @@ class _PoolKernel:
         if plan.init != plan.identity:
             b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": plan.init}, dst=whole, src=whole)
         if self.direct:
-            self.epilogue.store(fixed, p0, pw, f0, fw, whole, label)
+            for k in range(self.groups):  # each row group's outputs that exist
+                r0 = k * rows.out + blk.r0
+                nr = min(blk.nr, plan.rows.out - r0)
+                if nr > 0:
+                    part = replace(acc_tile.flat(acc_dtype, pw_in, nr * blk.nc), start_partition=k * pw_in)
+                    self.epilogue.store(fixed, p0, pw_in, r0 * cols.out + blk.c0, nr * blk.nc, part, label)
         else:
             self.epilogue.run(fixed, p0, pw, f0, fw, whole, label)
