@@ -64,6 +64,14 @@ def test_max_pool_3x3_s2_p1_matches_torch():
     np.testing.assert_array_equal(out, torch.nn.functional.max_pool2d(torch.from_numpy(x), 3, 2, 1).numpy())
 
 
+@pytest.mark.parametrize("channels", [24, 64, 100])
+def test_row_groups_on_partitions(channels):
+    """Fewer than 64 channels: groups of output rows side by side on the partitions (the last group
+    partial; 24 channels: groups that compute engines cannot address alone, padding filled for all)."""
+    x = rand(1, channels, 15, 13, seed=12)
+    check(pool_text(x.shape, *nchw(3, 2, 1), "maximum"), x)
+
+
 def test_sum_pool_3x3_s2_p1():
     """avg pooling is this sum divided by the counts (count_include_pad: by 9)."""
     x = rand(2, 16, 9, 11, seed=3)
