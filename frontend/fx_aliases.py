@@ -25,6 +25,7 @@ from compiler.errors import LoweringError
 
 from .capture import Call
 from .fx_modules import MODULES, conv_padding
+from .fx_trace import is_inplace_method
 
 Adapter = Callable[..., tuple[tuple, dict]]
 OpName = str | Callable[..., str]
@@ -291,6 +292,24 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
 # Tensor methods -> (ATen overload or overload picker, adapter)
 METHODS: dict[str, tuple[OpName, Adapter]] = {
     "add": ("aten.add.Tensor", _same),
+    "__add__": ("aten.add.Tensor", _same),
+    "__radd__": ("aten.add.Tensor", _same),
+    "__mul__": ("aten.mul.Tensor", _same),
+    "__rmul__": ("aten.mul.Tensor", _same),
+    "__sub__": ("aten.sub.Tensor", _same),
+    "__rsub__": ("aten.rsub.Scalar", _same),
+    "__truediv__": ("aten.div.Tensor", _same),
+    "__and__": ("aten.bitwise_and.Tensor", _same),
+    "__or__": ("aten.bitwise_or.Tensor", _same),
+    "__xor__": ("aten.bitwise_xor.Tensor", _same),
+    "__invert__": ("aten.bitwise_not.default", _same),
+    "__neg__": ("aten.neg.default", _same),
+    "__gt__": ("aten.gt.Tensor", _same),
+    "__lt__": ("aten.lt.Tensor", _same),
+    "__ge__": ("aten.ge.Tensor", _same),
+    "__le__": ("aten.le.Tensor", _same),
+    "__eq__": ("aten.eq.Tensor", _same),
+    "__ne__": ("aten.ne.Tensor", _same),
     "sub": ("aten.sub.Tensor", _same),
     "mul": ("aten.mul.Tensor", _same),
     "div": ("aten.div.Tensor_mode", _div),
@@ -368,11 +387,11 @@ _DISPATCH_CHECKS = {"has_torch_function", "has_torch_function_unary", "has_torch
 _SAME_NAME_MODULES = (torch, torch._C._nn, torch.special)
 
 
-def _same_named_op(node: fx.Node, supported: Container[str]) -> tuple[str, Adapter] | None:
+def _same_named_op(node: fx.Node, supported: Container[str], method: str) -> tuple[str, Adapter] | None:
     """torch.X(...) / torch._C._nn.X(...) (the builtins of F.*) / x.X(...) -> aten.X.default when that
     overload has a rule (binding checks the rest)."""
     if node.op == "call_method":
-        name = node.target
+        name = method
     else:
         name = getattr(node.target, "__name__", None)
         if name is None or not any(getattr(m, name, None) is node.target for m in _SAME_NAME_MODULES):
@@ -438,15 +457,19 @@ def resolve(node: fx.Node, root: nn.Module, supported: Container[str]) -> Call |
         if len(overloads) == 1:
             return Call(str(getattr(node.target, overloads[0])), node.args, node.kwargs)
         return f"{node.target} (name the overload: one of {', '.join(overloads)})"
+    # x.add_(y): fx_trace rebinds x to the result, so the out-of-place op has the same meaning
+    rebound = node.op == "call_method" and is_inplace_method(node.target)
+    method = node.target[:-1] if rebound else node.target
     table: dict[Any, tuple[OpName, Adapter]] = METHODS if node.op == "call_method" else FUNCTIONS
     try:
-        alias = table.get(node.target)
+        alias = table.get(method)
     except TypeError:  # unhashable target
         alias = None
-    alias = alias or _same_named_op(node, supported)
+    alias = alias or _same_named_op(node, supported, method)
     if alias is None:
         return _label(node, root)
-    _check_inplace(node, bool(node.kwargs.get("inplace", False)))
+    if not rebound:
+        _check_inplace(node, bool(node.kwargs.get("inplace", False)))
     op, adapter = alias
     try:
         if callable(op):

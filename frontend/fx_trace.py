@@ -34,6 +34,13 @@ _DESCRIPTIVE = frozenset({
     "is_meta", "is_mkldnn", "requires_grad", "size", "dim", "numel", "nelement", "stride",
     "is_floating_point", "is_complex", "is_contiguous", "element_size", "get_device", "ndimension",
 })
+# torch functions that only describe their tensor argument: evaluated, never recorded.
+_DESCRIPTIVE_FUNCTIONS = frozenset({torch.is_floating_point, torch.is_complex, torch.numel})
+
+
+def is_inplace_method(name: str) -> bool:
+    """``x.add_(y)``-style in-place tensor methods (not dunders such as ``__iadd__``)."""
+    return name.endswith("_") and not name.startswith("__")
 
 
 def _as_meta(value: Any) -> Any:
@@ -63,6 +70,9 @@ class ConcreteProxy(fx.Proxy):
         tracers = {p.tracer for p in _proxies(args, kwargs)}
         if len(tracers) == 1:
             tracer = next(iter(tracers))
+            if isinstance(tracer, ConcreteTracer) and orig_method in _DESCRIPTIVE_FUNCTIONS:
+                return orig_method(*fx.node.map_aggregate(
+                    args, lambda v: tracer.values[v.node] if isinstance(v, fx.Proxy) else v), **kwargs)
             if isinstance(tracer, ConcreteTracer) and tracer.inline(orig_method):
                 return _without_dispatch(orig_method)(*args, **kwargs)
         return super().__torch_function__(orig_method, types_, args, kwargs)
@@ -147,11 +157,27 @@ class ConcreteTracer(fx.Tracer):
     def create_proxy(self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                      name: str | None = None, type_expr: Any | None = None,
                      proxy_factory_fn: Callable[[fx.Node], fx.Proxy] | None = None) -> fx.Proxy:
+        inplace = kind == "call_method" and is_inplace_method(target) and isinstance(args[0], ConcreteProxy)
+        if inplace:
+            self._check_mutable(args[0], target)
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         value = self._execute(kind, target, proxy.node)
         self.values[proxy.node] = value
         proxy.node.meta["val"] = _as_meta(value)
+        if inplace:  # from now on the mutated tensor is the result: rebind the caller's proxy to it, and
+            args[0].node = proxy.node  # return that proxy, as torch returns the tensor itself
+            return args[0]
         return proxy
+
+    def _check_mutable(self, target: ConcreteProxy, method: str) -> None:
+        """An in-place method is traced as its out-of-place op whose result replaces the tensor; that is
+        only right for a tensor the forward made itself, not a view of another or an input or weight."""
+        node, value = target.node, self.values[target.node]
+        if node.op in ("placeholder", "get_attr"):
+            raise TraceError(f"in-place {method} on {'input' if node.op == 'placeholder' else 'weight'} "
+                             f"%{node.name} is not supported")
+        if isinstance(value, torch.Tensor) and value._is_view():
+            raise TraceError(f"in-place {method} on %{node.name}, a view of another tensor, is not supported")
 
     def to_bool(self, obj: fx.Proxy) -> bool:
         value = self.values[obj.node]

@@ -100,15 +100,24 @@ def matmul(b: HloBuilder, a: Instruction, m: Instruction) -> Instruction:
     return b.reshape(out, dims)
 
 
+def _repeat_heads(b: HloBuilder, x: Instruction, heads: int) -> Instruction:
+    """Grouped-query attention: each of x's heads (dim -3) serves ``heads // n`` consecutive query heads."""
+    *lead, n, s, d = x.shape.dims
+    require(heads % n == 0, f"{heads} query heads do not divide into {n} key/value heads")
+    grouped = b.broadcast_to(b.reshape(x, [*lead, n, 1, s, d]), [*lead, n, heads // n, s, d])
+    return b.reshape(grouped, [*lead, heads, s, d])
+
+
 def scaled_dot_product_attention(b: HloBuilder, q: Instruction, k: Instruction, v: Instruction,
                                  attn_mask: Instruction | None = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: float | None = None,
                                  enable_gqa: bool = False) -> Instruction:
     """``softmax(q @ k^T * scale + mask) @ v`` with k contracted on its last dim (no transpose)."""
     require(dropout_p == 0.0, f"dropout_p={dropout_p} is not supported (inference only)")
-    require(not enable_gqa, "enable_gqa=True is not supported")
     require(q.shape.rank >= 2 and q.shape.rank == k.shape.rank == v.shape.rank,
             "q, k and v must have the same rank (>= 2)")
+    if enable_gqa and q.shape.rank >= 3 and k.shape.dims[-3] != q.shape.dims[-3]:
+        k, v = _repeat_heads(b, k, q.shape.dims[-3]), _repeat_heads(b, v, q.shape.dims[-3])
     dtype = float_dtype(q)
     scores = _product(b, b.convert(q, dtype), b.convert(k, dtype), rhs_transposed=True)
     factor = scale if scale is not None else 1.0 / float(np.sqrt(q.shape.dims[-1]))

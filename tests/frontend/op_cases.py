@@ -83,6 +83,20 @@ class Pools(nn.Module):
         return a, b, c, d, e, f
 
 
+class InPlace(nn.Module):
+    """In-place methods on tensors the forward made (traced as their out-of-place ops), dunder calls,
+    torch.is_floating_point on a traced value."""
+
+    def forward(self, x, mask):
+        y = torch.zeros_like(x)
+        y.masked_fill_(mask, 2.0)
+        y.add_(x).mul_(3)
+        z = x.clone()
+        z.clamp_(-0.5, 0.5)
+        w = x.__gt__(0).__and__(mask) if not torch.is_floating_point(mask) else x
+        return y, z, w, x.__rsub__(1), x.__neg__()
+
+
 class FastPath(nn.Module):
     """The native kernels nn.TransformerEncoderLayer and nn.MultiheadAttention use at inference."""
 
@@ -180,6 +194,7 @@ CASES: list[Case] = [
                                       F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
                                       F.scaled_dot_product_attention(q, k, v, attn_mask=mask.float() * -2.0,
                                                                      scale=0.3),
+                                      F.scaled_dot_product_attention(q, k[:, :1], v[:, :1], enable_gqa=True),
                                       torch.softmax(q, -1), torch.log_softmax(q, 1))),
          lambda: (r(2, 2, 5, 8), r(2, 2, 5, 8), r(2, 2, 5, 8), torch.rand(5, 5) > 0.3)),
     Case("norms", ("layer_norm.default", "batch_norm.default", "group_norm.default", "rms_norm.default"),
@@ -276,6 +291,8 @@ CASES: list[Case] = [
                           F.pad(x, (1, 2, 2, 1), mode="replicate"), F.pad(x, (1, 3), mode="circular"),
                           aten.constant_pad_nd.default(x, [0, -1, 1, 1], 0.5))),
          lambda: (r(2, 3, 5),)),
+    Case("in-place methods", ("masked_fill.Scalar", "add.Tensor", "mul.Tensor", "clamp.default", "bitwise_and.Tensor"),
+         InPlace, lambda: (r(3, 4), torch.rand(3, 4) > 0.5), captures=("fx",)),
     Case("fused inference kernels", ("_transformer_encoder_layer_fwd.default", "_native_multi_head_attention.default"),
          FastPath, lambda: (r(2, 5, 16),), captures=("fx",)),
     Case("t and inline constant", ("t.default", "view.default"),

@@ -118,3 +118,26 @@ def test_supported_operators_lists_the_table():
     for op in ops:  # every key names a real ATen overload
         namespace, packet, overload = op.split(".")
         assert getattr(getattr(torch.ops.aten, packet), overload) is not None
+
+
+class MutatesInput(nn.Module):
+    def forward(self, x):
+        x.add_(1)
+        return x * 2
+
+
+class MutatesView(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y[0].zero_()
+        return y
+
+
+def test_in_place_method_on_an_input_is_refused():
+    with pytest.raises(LoweringError, match=r"in-place add_ on input %x is not supported"):
+        frontend.import_model(MutatesInput(), (torch.randn(3),), capture="fx")
+
+
+def test_in_place_method_on_a_view_is_refused():
+    with pytest.raises(LoweringError, match=r"in-place zero_ on %getitem, a view of another tensor"):
+        frontend.import_model(MutatesView(), (torch.randn(2, 3),), capture="fx")
