@@ -30,6 +30,7 @@ from compiler.hlo.shape_util import ShapeInferenceError
 from isa.program import AccessPattern
 
 TABLE_RESIDENT = 64 * 1024  # bytes per partition under which the whole table stays in SBUF
+EXACT_INDEX = 1 << 24  # fp32 represents every integer up to this
 
 
 @dataclass
@@ -127,6 +128,9 @@ class _GatherKernel:
         if plan.ids.dtype != "i32":
             raise CompilationError(f"{plan.where}: gather indices of type {plan.ids.dtype} are not supported "
                                    "by the backend (s32 are)")
+        if self.V > EXACT_INDEX:
+            raise CompilationError(f"{plan.where}: a gather from {self.V} rows: indices are compared in fp32, "
+                                   f"exact up to {EXACT_INDEX} rows")
         bmax, csz = min(self.parts, self.B), itemsize(plan.compute)
         rows = min(self.parts, self.V)
         gcols = min(self.group, self.D)
