@@ -11,6 +11,7 @@ lowers it (the kernels of every op class register there); fusions dispatch on wh
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from backend.emit import ProgramBuilder
 from backend.fused import (
@@ -25,6 +26,7 @@ from backend.fused import (
     view_of,
 )
 from backend.kernels import expr
+from backend.kernels.attention import attention_kernel, plan_attention
 from backend.kernels.conv import conv_kernel, plan_conv
 from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
@@ -106,7 +108,9 @@ class Lowering:
         return self.b.scratch(isa_dtype_of(inst), inst.shape.dims, self._storage_order(inst))
 
     def _storage_order(self, inst: Instruction) -> tuple[int, ...]:
-        """Row-major, except that a value contracted over its minor axis by a dot is stored K-major."""
+        """Row-major, except that a value a dot contracts over its minor axis is stored K-major: the
+        consumer's batch dims, then the contracted axis, then the rest (so the dot reads contiguous rows
+        of K and the producer's free dims stay mergeable)."""
         rank = inst.shape.rank
         order = tuple(range(rank))
         if rank < 2:
@@ -117,8 +121,11 @@ class Lowering:
             for user in self.users.get(value, []):
                 if user.opcode in ("convert", "copy"):
                     frontier.append(user)
-                elif _contracting_dims_of_use(user, value) == (rank - 1,):
-                    return tuple(range(rank - 2)) + (rank - 1, rank - 2)
+                    continue
+                use = _dims_of_use(user, value)
+                if use is not None and use[1] == (rank - 1,):
+                    batch = use[0]
+                    return batch + (rank - 1,) + tuple(d for d in range(rank - 1) if d not in batch)
         return order
 
     # -- instructions -----------------------------------------------------------------------------------------
@@ -133,6 +140,14 @@ class Lowering:
             return _elementwise(self, inst, ops)
         what = f"custom-call {custom_target(inst)!r}" if inst.opcode == "custom-call" else f"op {inst.opcode}"
         raise CompilationError(f"{inst.where()}: {what} is not supported by the backend")
+
+    def materialize(self, view: View, inst: Instruction) -> View:
+        """`view` copied into a dense row-major scratch tensor (constants: rearranged at compile time)."""
+        if view.is_const:
+            return self.b.const_view(view.const_array(), view.dtype)
+        dense = self.b.scratch(view.dtype, view.dims)
+        copy_kernel(self.b, view, dense, self.name(inst) + ".copy", inst.where())
+        return dense
 
     def _layout(self, inst: Instruction, ops: list[Value]) -> Value:
         value = layout_value(inst, ops, self.b)
@@ -159,16 +174,18 @@ def _elementwise(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     return out
 
 
-def anchored(plan_fn: Callable, kernel_fn: Callable) -> Handler:
+def anchored(plan_fn: Callable, kernel_fn: Callable, materializes: bool = False) -> Handler:
     """The handler of an op whose kernel applies an elementwise epilogue to its accumulator on the way out
     (`plan_fn(inst, name, *operand views, out, epilogue)`, `kernel_fn(builder, plan)`); unfused, the
-    epilogue only converts the accumulator to the result type."""
+    epilogue only converts the accumulator to the result type. With `materializes`, plan_fn also takes
+    `materialize=` (Lowering.materialize) for views it cannot use as they are."""
 
     def handler(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
         out = lw.destination(inst)
         acc = expr.unary("convert", expr.Node("acc", "f32", inst=inst), isa_dtype_of(inst), inst)
         views = [view_of(v, o) for v, o in zip(ops, inst.operands, strict=True)]
-        kernel_fn(lw.b, plan_fn(inst, lw.name(inst), *views, out, acc))
+        extra = {"materialize": lambda v: lw.materialize(v, inst)} if materializes else {}
+        kernel_fn(lw.b, plan_fn(inst, lw.name(inst), *views, out, acc, **extra))
         return out
 
     return handler
@@ -201,6 +218,9 @@ def _fusion(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     comp = inst.attrs.get("calls")
     if not isinstance(comp, Computation):
         raise CompilationError(f"{inst.where()}: fusion without a fused computation")
+    kind_handler = FUSION_KINDS.get(str(inst.attrs.get("kind", "")))
+    if kind_handler is not None:
+        return kind_handler(lw, inst, comp, ops)
     for anchor, handler in FUSION_ANCHORS.items():
         if any(sub.opcode == anchor for sub in comp.instructions):
             return handler(lw, inst, comp, ops)
@@ -228,7 +248,8 @@ def _lower_body(comp: Computation, ops: list[Value], eb: ExprBuilder,
     return env[comp.root.uid]
 
 
-def anchored_fusion(opcode: str, plan_fn: Callable, kernel_fn: Callable) -> FusionHandler:
+def anchored_fusion(opcode: str, plan_fn: Callable, kernel_fn: Callable, materializes: bool = False
+                    ) -> FusionHandler:
     """The handler of a fusion around one `opcode` (a dot, a convolution...) with an elementwise epilogue
     (kOutput): the anchor's operands are views of the fusion's, its result the accumulator."""
 
@@ -252,15 +273,47 @@ def anchored_fusion(opcode: str, plan_fn: Callable, kernel_fn: Callable) -> Fusi
             raise CompilationError(f"{inst.where()}: the fusion's root is not an elementwise function of its "
                                    f"{opcode}")
         out = lw.destination(inst)
-        kernel_fn(lw.b, plan_fn(anchor, lw.name(inst), *operands, out, root.node))
+        extra = {"materialize": lambda v: lw.materialize(v, inst)} if materializes else {}
+        kernel_fn(lw.b, plan_fn(anchor, lw.name(inst), *operands, out, root.node, **extra))
         return out
 
     return handler
 
 
+def _attention_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: list[Value]) -> Value:
+    """softmax(f(Q K^T)) V (kind=kCustom, see compiler/passes/fusion_attention.py): one flash kernel."""
+    dots = [sub for sub in comp.post_order() if sub.opcode == "dot"]
+    if len(dots) != 2:
+        raise CompilationError(f"{inst.where()}: an attention fusion needs two dots, it has {len(dots)}")
+    dot1, dot2 = dots
+    eb = ExprBuilder(tuple(dot1.shape.dims), lw.b)
+    parts: dict[str, Any] = {}
+    acc = expr.Node("acc", "f32", inst=dot1)
+    result = expr.Node("attention", isa_dtype_of(dot2), inst=dot2)
+
+    def special(sub: Instruction, sub_ops: list[Value]) -> Value | None:
+        if sub is dot1:
+            parts["q"], parts["k"] = (view_of(v, o) for v, o in zip(sub_ops, sub.operands, strict=True))
+            return Expr(expr.unary("convert", acc, isa_dtype_of(sub), sub), eb.full)
+        if sub is dot2:
+            if not isinstance(sub_ops[0], Expr):
+                raise CompilationError(f"{inst.where()}: the attention's second dot does not read the softmax")
+            parts["p"], parts["v"] = sub_ops[0].node, view_of(sub_ops[1], sub.operands[1])
+            return Expr(result, tuple(range(sub.shape.rank)))
+        return None
+
+    root = _lower_body(comp, ops, eb, special)
+    if not isinstance(root, Expr) or any(n.op not in ("convert", "attention") for n in expr.walk(root.node)):
+        raise CompilationError(f"{inst.where()}: only converts may follow the attention's second dot")
+    out = lw.destination(inst)  # converts after dot2: the kernel stores in the fusion's result type
+    plan = plan_attention(dot1, dot2, lw.name(inst), parts["q"], parts["k"], parts["p"], parts["v"], out)
+    attention_kernel(lw.b, plan)
+    return out
+
+
 # opcode -> handler of an unfused instruction (op classes register their kernels here)
 KERNELS: dict[str, Handler] = {
-    "dot": anchored(plan_dot, dot_kernel),
+    "dot": anchored(plan_dot, dot_kernel, materializes=True),
     "fusion": _fusion,
     "reduce": _reduce,
     "concatenate": _concatenate,
@@ -268,20 +321,24 @@ KERNELS: dict[str, Handler] = {
     "reduce-window": anchored(plan_pool, pool_kernel),
     "gather": anchored(plan_gather, gather_kernel),
 }
+# fusions of this kind are lowered by the handler
+FUSION_KINDS: dict[str, FusionHandler] = {
+    "kCustom": _attention_fusion,
+}
 # a fusion containing this opcode is lowered by the handler (checked in this order)
 FUSION_ANCHORS: dict[str, FusionHandler] = {
-    "dot": anchored_fusion("dot", plan_dot, dot_kernel),
+    "dot": anchored_fusion("dot", plan_dot, dot_kernel, materializes=True),
     "convolution": anchored_fusion("convolution", plan_conv, conv_kernel),
     "reduce-window": anchored_fusion("reduce-window", plan_pool, pool_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
 
 
-def _contracting_dims_of_use(user: Instruction, value: Instruction) -> tuple[int, ...] | None:
-    """The contracting dims of `value` when `user` (a dot, or a fusion around one) contracts it."""
+def _dims_of_use(user: Instruction, value: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """(batch dims, contracting dims) of `value` when `user` (a dot, or a fusion around one) contracts it."""
     if user.opcode == "dot":
-        i = user.operands.index(value)
-        return tuple(user.attrs.get("lhs_contracting_dims" if i == 0 else "rhs_contracting_dims", ()))
+        side = "lhs" if user.operands.index(value) == 0 else "rhs"
+        return tuple(user.attrs.get(f"{side}_batch_dims", ())), tuple(user.attrs.get(f"{side}_contracting_dims", ()))
     if user.opcode != "fusion":
         return None
     comp = user.attrs.get("calls")
@@ -297,8 +354,7 @@ def _contracting_dims_of_use(user: Instruction, value: Instruction) -> tuple[int
         cur = frontier.pop()
         for u in inner_users.get(cur, []):
             if u.opcode == "dot":
-                j = u.operands.index(cur)
-                return tuple(u.attrs.get("lhs_contracting_dims" if j == 0 else "rhs_contracting_dims", ()))
+                return _dims_of_use(u, cur)
             if u.opcode in ("convert", "copy"):
                 frontier.append(u)
     return None

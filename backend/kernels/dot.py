@@ -16,6 +16,7 @@ moving operand stays resident in SBUF for the whole kernel when it fits, else it
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from backend.alloc import Pool, PoolSpec, Tile
@@ -86,11 +87,13 @@ def compute_dtype(lhs: View, rhs: View, where: str) -> str:
     return kinds.pop() if len(kinds) == 1 else "f32"
 
 
-def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node) -> DotPlan:
+def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node,
+             materialize: Callable[[View], View] | None = None) -> DotPlan:
     """Normalize an HLO dot to (batch..., M, K) x (batch..., K, N) -> (batch..., M, N).
 
     Several free or contracting dims are merged into one when the strides allow it; `out` and the
-    epilogue's leaves (views with the dot's output dims) are merged the same way.
+    epilogue's leaves (views with the dot's output dims) are merged the same way. An operand or leaf
+    whose dims cannot be merged is first copied dense (in its normalized order) by `materialize`.
     """
     where = inst.where()
     attrs = inst.attrs
@@ -101,19 +104,28 @@ def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, e
     lf = tuple(d for d in range(lhs.rank) if d not in lb + lc)
     rf = tuple(d for d in range(rhs.rank) if d not in rb + rc)
     nb = len(lb)
-    lhs_n = _merge_groups([lhs.transpose(lb + lf + lc)], [(nb, len(lf)), (nb + len(lf), len(lc))])
-    rhs_n = _merge_groups([rhs.transpose(rb + rc + rf)], [(nb, len(rc)), (nb + len(rc), len(rf))])
     if has_reduce(epilogue):
         raise CompilationError(f"{where}: a reduction in a dot's epilogue is not supported")
+
+    def merged(view: View, groups: list[tuple[int, int]], what: str) -> View:
+        result = _merge_groups([view], groups)
+        if result is None and materialize is not None:
+            result = _merge_groups([materialize(view)], groups)
+        if result is None:
+            raise CompilationError(f"{where}: dot whose {what} dimensions cannot be merged into one "
+                                   f"(lhs {lhs.dims}, rhs {rhs.dims})")
+        return result[0]
+
+    lhs_n = merged(lhs.transpose(lb + lf + lc), [(nb, len(lf)), (nb + len(lf), len(lc))], "lhs")
+    rhs_n = merged(rhs.transpose(rb + rc + rf), [(nb, len(rc)), (nb + len(rc), len(rf))], "rhs")
+    out_groups = [(nb, len(lf)), (nb + len(lf), len(rf))]
+    out_n = _merge_groups([out], out_groups)
+    if out_n is None:
+        raise CompilationError(f"{where}: dot whose output view {out.dims} cannot be merged into a matrix")
     leaves = view_nodes(epilogue)
-    outs = _merge_groups([out] + [n.view for n in leaves if n.view is not None],
-                         [(nb, len(lf)), (nb + len(lf), len(rf))])
-    if lhs_n is None or rhs_n is None or outs is None:
-        raise CompilationError(f"{where}: dot whose free or contracting dimensions cannot be merged "
-                               f"into one (lhs {lhs.dims}, rhs {rhs.dims})")
-    epilogue = substitute_views(epilogue, {id(n): v for n, v in zip(leaves, outs[1:], strict=True)})
-    return DotPlan(name, where, lhs_n[0], rhs_n[0], outs[0], epilogue,
-                   compute_dtype(lhs, rhs, where))
+    views = {id(n): merged(n.view, out_groups, "epilogue operand") for n in leaves if n.view is not None}
+    epilogue = substitute_views(epilogue, views)
+    return DotPlan(name, where, lhs_n, rhs_n, out_n[0], epilogue, compute_dtype(lhs, rhs, where))
 
 
 def arrange_const(builder: ProgramBuilder, view: View, compute: str) -> View:

@@ -1,17 +1,23 @@
 """Producer/consumer fusion into ``fusion`` instructions with fused computations (XLA's InstructionFusion).
 
-Two phases, both on the entry computation:
+Phases, all on the entry computation (``strategy="greedy"``):
 
-1. **Matmul epilogue** (``kind=kOutput``): a ``dot`` plus the chain of elementwise consumers after it, as long
+0. **Preparation** (fusion_prepare.py): reshapes of dot results are sunk into the dots, so that dots and
+   their consumers share one shape.
+1. **Attention** (``kind=kCustom``, fusion_attention.py): QK^T, its elementwise scale/mask, softmax and the
+   product with V as one fusion, which the backend runs as one flash-attention kernel.
+2. **Matmul epilogue** (``kind=kOutput``): a ``dot`` plus the chain of elementwise consumers after it, as long
    as every intermediate has a single user and each consumer is an epilogue op the engines apply on the way out
    of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), multiply/divide by a broadcast or
    constant, maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
-2. **Loop fusion** (``kind=kLoop``): visiting consumers from ROOT upward, an elementwise consumer absorbs its
-   elementwise producers that have no other user; chains grow transitively.
+3. **Loop and row fusion** (``kind=kLoop``, or ``kInput`` with reductions): visiting consumers from ROOT upward,
+   a consumer absorbs producers (elementwise ops, reductions, broadcasts of computed values) all of whose users
+   are already in its fusion, as long as one kernel can compute the group (fusion_rows.py: one index space, one
+   set of reduced axes, whole rows within the SBUF budget). Softmax, layer norm and RMS norm become one kernel.
 
-In both, broadcasts feeding the fused ops move *into* the fused computation (the fusion reads the small
-operand, e.g. the bias vector, not its broadcast), together with scalar constants they broadcast; a broadcast
-or constant that has users outside the fusion is duplicated rather than moved. Fused computations are added
+In all phases, broadcasts of operands move *into* the fused computation (the fusion reads the small operand,
+e.g. the bias vector, not its broadcast), together with scalar constants they broadcast; a broadcast or
+constant that has users outside the fusion is duplicated rather than moved. Fused computations are added
 before the entry as ``fused_computation``, ``fused_computation.1``...; their parameters are ``param_N``.
 
 Every decision, taken or refused, is recorded as a :class:`FusionDecision` (``fusion_decisions.txt``).
@@ -23,6 +29,8 @@ from dataclasses import dataclass
 
 from compiler.hlo.ir import Computation, Instruction, Module
 from compiler.pass_manager import HloPass
+from compiler.passes.fusion_prepare import DotReshapeSinking
+from compiler.passes.fusion_rows import fusible, space_reason
 from compiler.passes.utils import constant_value, custom_call_target, insert_before, is_elementwise
 
 _UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
@@ -57,20 +65,35 @@ class _Group:
 class FusionPass(HloPass):
     name = "fusion"
 
-    def __init__(self, epilogue: bool = True, loop: bool = True):
+    def __init__(self, epilogue: bool = True, loop: bool = True, prepare: bool = True, attention: bool = True):
         self.epilogue = epilogue
         self.loop = loop
+        self.prepare = prepare
+        self.attention = attention
         self.decisions: list[FusionDecision] = []
+        self.notes: list[str] = []
 
     def decision_lines(self) -> list[str]:
-        return [str(d) for d in self.decisions]
+        return self.notes + [str(d) for d in self.decisions]
 
     def run(self, module: Module) -> bool:
         self.decisions = []
+        self.notes = []
         comp = module.entry
         if comp is None:
             return False
         changed = False
+        if self.prepare:
+            sinking = DotReshapeSinking(module, comp)
+            changed |= sinking.run()
+            self.notes += sinking.notes
+        if self.attention:
+            from compiler.passes.fusion_attention import attention_groups
+
+            groups = attention_groups(comp, self._record)
+            for group in groups:
+                self._absorb_broadcasts(group, comp.users(), set())
+            changed |= self._fuse_groups(module, comp, groups)
         if self.epilogue:
             changed |= self._fuse_groups(module, comp, self._epilogue_groups(comp))
         if self.loop:
@@ -144,47 +167,89 @@ class FusionPass(HloPass):
             return False, f"custom-call {custom_call_target(consumer)!r} is not an epilogue activation"
         return False, f"consumer %{consumer.name} ({op}) is not an epilogue op"
 
-    # -- phase 2: elementwise loops ----------------------------------------------------------------------------
+    # -- phase 3: loop and row fusions ----------------------------------------------------------------------
     def _loop_groups(self, comp: Computation) -> list[_Group]:
         users = comp.users()
+        position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
         claimed: set[int] = set()
         groups = []
         for root in reversed(comp.instructions):
-            if root.uid in claimed or not is_elementwise(root):
+            if root.uid in claimed or not fusible(root) or root.opcode in ("broadcast", "constant", "iota"):
                 continue
             group = _Group(root, "kLoop", {root.uid: root}, set())
             claimed.add(root.uid)
-            worklist = [root]
-            while worklist:
-                consumer = worklist.pop()
-                for producer in dict.fromkeys(consumer.operands):
-                    if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES \
-                            or producer.opcode == "broadcast":
-                        continue  # broadcasts are absorbed below, with their scalar constants
-                    fused, reason = self._loop_verdict(producer, consumer, users, claimed)
-                    self._record(producer, consumer, fused, reason, "kLoop")
-                    if fused:
-                        group.members[producer.uid] = producer
-                        claimed.add(producer.uid)
-                        worklist.append(producer)
+            self._grow(group, users, position, claimed)
             self._absorb_broadcasts(group, users, claimed)
             if len(group.members) > 1:
+                if any(m.opcode == "reduce" for m in group.members.values()):
+                    group.kind = "kInput"
                 groups.append(group)
         return groups
 
+    def _grow(self, group: _Group, users: dict[Instruction, list[Instruction]], position: dict[int, int],
+              claimed: set[int]) -> None:
+        """Absorb producers into `group` until nothing more fits; a producer whose users are not all in
+        the group yet waits until they are."""
+        waiting: dict[int, tuple[Instruction, Instruction]] = {}
+        worklist = [group.root]
+        while worklist:
+            consumer = worklist.pop()
+            for producer in dict.fromkeys(consumer.operands):
+                if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES:
+                    continue
+                if producer.opcode == "broadcast" and not self._computed(producer.operands[0], claimed):
+                    continue  # a broadcast of an operand: absorbed below, as a view
+                verdict = self._loop_verdict(producer, users, claimed)
+                if verdict is not None:
+                    self._record(producer, consumer, False, verdict, group.kind)
+                    continue
+                if any(u.uid not in group.members for u in users[producer]):
+                    waiting[producer.uid] = (producer, consumer)
+                    continue
+                worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
+        for producer, consumer in waiting.values():
+            outside = [u for u in users[producer] if u.uid not in group.members]
+            names = ", ".join(f"%{u.name}" for u in outside)
+            self._record(producer, consumer, False, f"producer %{producer.name} also feeds {names} outside the "
+                         "fusion (not duplicated)", group.kind)
+
+    def _try_add(self, group: _Group, producer: Instruction, consumer: Instruction,
+                 users: dict[Instruction, list[Instruction]], position: dict[int, int], claimed: set[int],
+                 waiting: dict[int, tuple[Instruction, Instruction]]) -> list[Instruction]:
+        """Add `producer` if one kernel can still compute the group; returns the new members (producers
+        that were waiting for it come along)."""
+        members = sorted([*group.members.values(), producer], key=lambda m: position[m.uid])
+        reason = space_reason(members)
+        kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
+        if reason is not None:
+            self._record(producer, consumer, False, reason, kind)
+            return []
+        group.members[producer.uid] = producer
+        claimed.add(producer.uid)
+        self._record(producer, consumer, True, _fused_reason(producer), kind)
+        added = [producer]
+        ready = [w for w in waiting.values() if all(u.uid in group.members for u in users[w[0]])]
+        for p, c in ready:
+            del waiting[p.uid]
+            added += self._try_add(group, p, c, users, position, claimed, waiting)
+        return added
+
     @staticmethod
-    def _loop_verdict(producer: Instruction, consumer: Instruction, users: dict[Instruction, list[Instruction]],
-                      claimed: set[int]) -> tuple[bool, str]:
+    def _computed(inst: Instruction, claimed: set[int]) -> bool:
+        """Is `inst` a value the group could compute itself (rather than read as an operand)?"""
+        return fusible(inst) and inst.uid not in claimed and inst.opcode not in ("constant", "broadcast")
+
+    @staticmethod
+    def _loop_verdict(producer: Instruction, users: dict[Instruction, list[Instruction]],
+                      claimed: set[int]) -> str | None:
+        """Why `producer` can never join, or None."""
         if producer.opcode == "fusion":
-            return False, f"producer %{producer.name} is a {producer.attrs.get('kind', '')} fusion"
-        if not is_elementwise(producer):
-            return False, f"producer %{producer.name} ({producer.opcode}) is not elementwise"
+            return f"producer %{producer.name} is a {producer.attrs.get('kind', '')} fusion"
+        if not fusible(producer):
+            return f"producer %{producer.name} ({producer.opcode}) is not elementwise or a row reduction"
         if producer.uid in claimed:
-            return False, f"producer %{producer.name} is already in another fusion"
-        n = len(users[producer])
-        if n > 1:
-            return False, f"producer %{producer.name} has {n} users (not duplicated)"
-        return True, "elementwise producer with a single user"
+            return f"producer %{producer.name} is already in another fusion"
+        return None
 
     # -- shared: pull in broadcasts and scalar constants ------------------------------------------------------
     def _absorb_broadcasts(self, group: _Group, users: dict[Instruction, list[Instruction]],
@@ -193,6 +258,9 @@ class FusionPass(HloPass):
             if member.opcode == "dot":
                 continue  # the dot reads its operands as they are
             for producer in dict.fromkeys(member.operands):
+                if producer.opcode == "constant" and producer.shape.rank == 0 and producer.uid not in group.members:
+                    self._add_cheap(group, producer, users)  # e.g. a reduction's init value
+                    continue
                 if producer.opcode != "broadcast" or producer.uid in group.members or producer.uid in claimed:
                     continue
                 self._add_cheap(group, producer, users)
@@ -251,7 +319,8 @@ class FusionPass(HloPass):
                                         metadata=dict(m.metadata))
             body.append(clones[m.uid])
         body.sort(key=lambda i: i.opcode != "constant")  # stable: constants first, as canonicalize orders them
-        fused = Computation(module.unique_name("fused_computation"), list(params.values()) + body,
+        prefix = "fused_attention" if group.kind == "kCustom" else "fused_computation"
+        fused = Computation(module.unique_name(prefix), list(params.values()) + body,
                             clones[group.root.uid])
         module.add_computation(fused)
         fusion = Instruction(module.unique_name("fusion"), "fusion", group.root.shape, operands,
@@ -262,3 +331,11 @@ class FusionPass(HloPass):
             if m.uid not in group.shared:
                 comp.remove(m)
         return fusion
+
+
+def _fused_reason(producer: Instruction) -> str:
+    if producer.opcode == "reduce":
+        return "reduction along the fusion's row axes"
+    if producer.opcode == "broadcast":
+        return "broadcast of a row statistic back over the reduced axes"
+    return "elementwise producer whose users are all in the fusion"

@@ -1,0 +1,303 @@
+"""Attention as one kernel: O = softmax(f(Q K^T)) V, flash-attention style (online softmax).
+
+The fusion (kind=kCustom) holds dot1 = Q K^T over batch dims, an elementwise score expression f (scale,
+mask...), softmax along the key axis and dot2 = P V. Per batch index, K^T and V are loaded once (the
+head dim on partitions for K^T, keys on partitions for V); per block of 128 queries:
+
+    for each chunk of <= 512 keys (chunks the constant mask removes entirely are skipped):
+        S   = Q^T(block)' K^T(chunk)            PE, one PSUM bank
+        X   = f(S)                              the score expression (evaluate.TileEvaluator), SBUF
+        m'  = max(m, rowmax(X));  alpha = exp(m - m')
+        P   = exp(X - m'), l_c = rowsum(P)      one ACT instruction (accumulator)
+        l   = l * alpha + l_c                   one DVE instruction
+        O  *= alpha (in PSUM);  O += P V        PE transposes P per 128 keys, matmuls accumulate in PSUM
+    out = O / l
+
+With one chunk (keys <= 512) this is the plain fused softmax(QK^T)V with the division deferred to the
+[queries, head dim] result. Intermediates never leave the chip.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from backend.alloc import PoolSpec
+from backend.emit import ProgramBuilder
+from backend.kernels.dot import _merge_groups, compute_dtype
+from backend.kernels.evaluate import _FOLD, Coords, Temporaries, TileEvaluator, dry_operand
+from backend.kernels.expr import Node, walk
+from backend.kernels.leaves import LeafLoader
+from backend.kernels.operands import PSUM_SLOT, KOperand
+from backend.layout import View, itemsize
+from compiler.errors import CompilationError
+from compiler.hlo.ir import Instruction as HloInstruction
+from isa.program import AccessPattern
+
+NEG_FLOOR = -1e30  # a finite running max, so a row masked in a whole chunk gives exp(-inf) = 0, not NaN
+
+
+@dataclass
+class AttentionPlan:
+    name: str
+    where: str
+    q: View  # (batch..., Tq, dh)
+    k: View  # (batch..., Tk, dh)
+    v: View  # (batch..., Tk, dv)
+    out: View  # (batch..., Tq, dv)
+    score: Node  # X over (batch..., Tq, Tk), reading the accumulator
+    p_dtype: str  # dtype of P as dot2 reads it
+    compute1: str  # PE dtype of Q K^T
+    compute2: str  # PE dtype of P V
+
+    @property
+    def batch_dims(self) -> tuple[int, ...]:
+        return self.out.dims[:-2]
+
+    @property
+    def macs(self) -> int:
+        nb = int(np.prod(self.batch_dims, dtype=np.int64))
+        tq, dh = self.q.dims[-2:]
+        tk, dv = self.v.dims[-2:]
+        return nb * tq * tk * (dh + dv)
+
+
+def _softmax_input(p: Node, where: str) -> tuple[Node, str]:
+    """X of P = [convert](exp(X - max(X)) / sum(exp(X - max(X)))), and P's dtype."""
+    dtype = p.dtype
+    while p.op == "convert":
+        p = p.inputs[0]
+    if p.op != "divide" or p.inputs[1].op != "reduce_add":
+        raise CompilationError(f"{where}: the attention's probabilities are not a softmax (no row-sum divide)")
+    e, total = p.inputs
+    summed = total.inputs[0]
+    while summed.op == "convert":
+        summed = summed.inputs[0]
+    if summed is not e or e.op != "exp" or e.inputs[0].op != "subtract":
+        raise CompilationError(f"{where}: the attention's softmax is not exp(x - max(x)) / sum")
+    x, top = e.inputs[0].inputs
+    if top.op != "reduce_max" or top.inputs[0] is not x:
+        raise CompilationError(f"{where}: the attention's softmax does not subtract the row maximum")
+    if any(n.is_reduce for n in walk(x)):
+        raise CompilationError(f"{where}: the attention's scores contain a reduction")
+    return x, dtype
+
+
+def plan_attention(dot1: HloInstruction, dot2: HloInstruction, name: str, q: View, k: View, p: Node, v: View,
+                   out: View) -> AttentionPlan:
+    """Normalize both dots to (batch..., rows, cols) views; P must be a softmax of a score expression."""
+    where = dot1.where()
+    nb = dot1.shape.rank - 2
+    a1, a2 = dot1.attrs, dot2.attrs
+
+    def norm(view: View, batch, contract, free_first: bool) -> View:
+        free = tuple(d for d in range(view.rank) if d not in batch + contract)
+        if len(free) != 1 or len(contract) < 1:
+            raise CompilationError(f"{where}: attention operands need one free dim each (got {view.dims})")
+        perm = batch + (free + contract if free_first else contract + free)
+        merged = _merge_groups([view.transpose(perm)], [(nb + (1 if free_first else 0), len(contract))])
+        if merged is None:
+            raise CompilationError(f"{where}: the attention's head dims cannot be merged into one")
+        return merged[0]
+
+    lb, lc = tuple(a1.get("lhs_batch_dims", ())), tuple(a1.get("lhs_contracting_dims", ()))
+    rb, rc = tuple(a1.get("rhs_batch_dims", ())), tuple(a1.get("rhs_contracting_dims", ()))
+    qn, kn = norm(q, lb, lc, True), norm(k, rb, rc, True)
+    vb, vc = tuple(a2.get("rhs_batch_dims", ())), tuple(a2.get("rhs_contracting_dims", ()))
+    if len(vc) != 1 or tuple(a2.get("lhs_batch_dims", ())) != tuple(range(nb)):
+        raise CompilationError(f"{where}: the second dot of the attention does not contract the key axis")
+    v_free = tuple(d for d in range(v.rank) if d not in vb + vc)
+    vn = _merge_groups([v.transpose(vb + vc + v_free)], [(nb + 1, len(v_free))])
+    on = _merge_groups([out], [(nb + 1, len(v_free))])
+    if vn is None or on is None:
+        raise CompilationError(f"{where}: the attention's value dims cannot be merged into one")
+    score, p_dtype = _softmax_input(p, where)
+    compute1 = compute_dtype(qn, kn, where)
+    compute2 = p_dtype if p_dtype == vn[0].dtype and p_dtype in ("bf16", "f16") else "f32"
+    return AttentionPlan(name, where, qn, kn, vn[0], on[0], score, p_dtype, compute1, compute2)
+
+
+def attention_kernel(builder: ProgramBuilder, plan: AttentionPlan) -> None:
+    _Attention(builder, plan).emit()
+
+
+class _Attention:
+    def __init__(self, builder: ProgramBuilder, plan: AttentionPlan):
+        self.b, self.plan = builder, plan
+        parts = builder.target.partitions
+        self.nb = len(plan.batch_dims)
+        self.Tq, self.dh = plan.q.dims[-2:]
+        self.Tk, self.dv = plan.v.dims[-2:]
+        if self.dv > builder.target.data["pe"]["max_n"]:
+            raise CompilationError(f"{plan.where}: attention with a value dim of {self.dv} (> one PSUM bank)")
+        self.W = min(self.Tk, builder.target.data["pe"]["max_n"])  # keys per chunk: one PSUM bank of scores
+        self.qmax = min(parts, self.Tq)
+        self.nkh = -(-self.dh // parts)
+        self.nkv = -(-self.Tk // parts)
+        self.p_axis, self.f_axis = self.nb, self.nb + 1
+        self.loader = LeafLoader(builder, plan.score, self.p_axis, (self.f_axis,), plan.name)
+        self.temps = Temporaries("temps", self.W)
+        leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
+        acc = AccessPattern("psum", "f32", 0, ((1, self.W),), partitions=self.qmax)
+        coords = Coords(self.p_axis, 0, ((self.f_axis, 0, self.W),))
+        x = AccessPattern("sbuf", "f32", 0, ((1, self.W),), partitions=self.qmax)
+        self.temps.measure(lambda bb, store: TileEvaluator(bb, store, self.qmax, self.W, leaves, acc=acc,
+                                                           coords=coords).run(plan.score, x))
+
+    def _operands(self, index: tuple[int, ...]) -> tuple[KOperand, KOperand, KOperand]:
+        plan, tag = self.plan, f"{self.plan.name}{list(index) if index else ''}"
+        q, k, v = (_index(x, index) for x in (plan.q, plan.k, plan.v))
+        return (KOperand(self.b, q.transpose((1, 0)), plan.compute1, "q", tag),
+                KOperand(self.b, k.transpose((1, 0)), plan.compute1, "k", tag),
+                KOperand(self.b, v, plan.compute2, "v", tag))
+
+    def specs(self) -> list[PoolSpec]:
+        c1, c2 = itemsize(self.plan.compute1), itemsize(self.plan.compute2)
+        q0, k0, v0 = self._operands((0,) * self.nb)
+        specs = self.temps.specs() + [
+            PoolSpec("qT", "sbuf", self.nkh * self.qmax * c1, 2),
+            PoolSpec("kT", "sbuf", self.nkh * self.Tk * c1, 2),
+            PoolSpec("vr", "sbuf", self.nkv * self.dv * c2, 2),
+            PoolSpec("x", "sbuf", self.W * 4, 2),
+            PoolSpec("p", "sbuf", self.W * c2, 2),
+            PoolSpec("pT", "sbuf", 4 * self.qmax * c2, 4),
+            PoolSpec("vec", "sbuf", 4, 16),
+            PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
+            PoolSpec("s", "psum", 0, 2), PoolSpec("o", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
+        specs += q0.specs(self.qmax) + k0.specs(self.Tk) + v0.specs(self.dv)
+        return specs + self.loader.specs(self.qmax, self.W, -(-self.Tk // self.W), 16 * 1024)
+
+    def emit(self) -> None:
+        b, plan = self.b, self.plan
+        pools = b.alloc.begin_kernel(plan.name, self.specs(), plan.where)
+        self.pools = pools
+        self.loader.bind(pools)
+        self.temps.bind(pools)
+        b.useful_macs += plan.macs
+        for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+            q, k, v = self._operands(index)
+            for operand in (q, k, v):
+                operand.bind(pools)
+            kT, vr = pools["kT"].next(), pools["vr"].next()
+            k.load(kT, 0, self.Tk, self.Tk)
+            v.load(vr, 0, self.dv, self.dv)
+            for q0 in range(0, self.Tq, self.qmax):
+                qw = min(self.qmax, self.Tq - q0)
+                qT = pools["qT"].next()
+                q.load(qT, q0, qw, self.qmax)
+                self.block(dict(enumerate(index)), q0, qw, qT, kT, vr)
+        b.alloc.end_kernel()
+
+    def _vec(self, qw: int) -> AccessPattern:
+        return self.pools["vec"].next().flat("f32", qw, 1)
+
+    def block(self, fixed: dict[int, int], q0: int, qw: int, qT, kT, vr) -> None:
+        """One block of queries against every (unmasked) chunk of keys."""
+        b, plan = self.b, self.plan
+        label = f"{plan.name}{[fixed[a] for a in sorted(fixed)]}q{q0}"
+        chunks = [(k0, min(self.W, self.Tk - k0)) for k0 in range(0, self.Tk, self.W)]
+        live = [c for c in chunks if not self._masked(fixed, q0, qw, *c)] or chunks[:1]
+        o = self.pools["o"].next().flat("f32", qw, self.dv)
+        m = l_sum = None
+        for i, (k0, kw) in enumerate(live):
+            tag = f"{label} k{k0}"
+            s = self.pools["s"].next().flat("f32", qw, kw)
+            for kt in range(self.nkh):
+                kp = min(b.target.partitions, self.dh - kt * b.target.partitions)
+                b.load_stationary(qT.flat(plan.compute1, kp, qw, kt * self.qmax), f"{tag} q")
+                b.multiply_moving(s, kT.flat(plan.compute1, kp, kw, kt * self.Tk + k0), acc=kt > 0,
+                                  comment=f"{tag} qk")
+            x = self.pools["x"].next().flat("f32", qw, kw)
+            free = [(self.f_axis, k0, kw)]
+            operands = self.loader.load(fixed, q0, qw, free)
+            coords = Coords(self.p_axis, q0, ((self.f_axis, k0, kw),), tuple(fixed.items()))
+            TileEvaluator(b, self.temps.store(), qw, kw, operands, acc=s, label=f"{tag} score",
+                          coords=coords).run(plan.score, x)
+            mc = self._vec(qw)
+            b.tensor_reduce(mc, x, "max", f"{tag} rowmax")
+            m_new, alpha = self._vec(qw), None
+            if m is None:
+                b.tensor_scalar(m_new, mc, "max", NEG_FLOOR, f"{tag} max")
+            else:
+                b.tensor_tensor(m_new, m, mc, "max", f"{tag} max")
+            neg = self._vec(qw)
+            b.tensor_scalar(neg, m_new, "multiply", -1.0, f"{tag} -max")
+            if m is not None:
+                alpha = self._vec(qw)
+                b.activation(alpha, m, "exp", bias=neg, comment=f"{tag} rescale")
+            p = self.pools["p"].next().flat(plan.compute2, qw, kw)
+            lc = self._vec(qw)
+            b.activation(p, x, "exp", bias=neg, acc=lc, comment=f"{tag} exp")
+            if l_sum is None:
+                l_sum = lc
+            else:
+                l_new = self._vec(qw)
+                b.tensor_scalar(l_new, l_sum, "multiply", 0.0, f"{tag} rowsum", scalar_vec=alpha, op1="add",
+                                scalar1_vec=lc)
+                l_sum = l_new
+                b.tensor_scalar(o, o, "multiply", 0.0, f"{tag} rescale out", scalar_vec=alpha)
+            self._pv(p, vr, o, qw, k0, kw, first=i == 0, tag=tag)
+            m = m_new
+        out = self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
+        b.tensor_scalar(out, o, "divide", 0.0, f"{label} normalize", scalar_vec=l_sum)
+        b.dma(plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed), out, f"{label} store")
+
+    def _pv(self, p: AccessPattern, vr, o: AccessPattern, qw: int, k0: int, kw: int, first: bool, tag: str) -> None:
+        """O (+)= P V: P^T per 128 keys by PE transposes (4 per PSUM bank), then matmuls into O."""
+        b, plan, parts = self.b, self.plan, self.b.target.partitions
+        blocks = [(j, min(parts, kw - j)) for j in range(0, kw, parts)]
+        groups = [blocks[i:i + 4] for i in range(0, len(blocks), 4)]
+        n_blocks = 0
+        for group in groups:
+            bank = self.pools["tpsum"].next()
+            pT = self.pools["pT"].next()
+            for slot, (j, jw) in enumerate(group):
+                src = replace(p, offset=p.offset + j * p.itemsize, pattern=((1, jw),))
+                b.emit("pe", "transpose", f"{tag} transpose p", dst=bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT),
+                       src=src)
+            for slot, (_, jw) in enumerate(group):
+                b.copy(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax),
+                       bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT), f"{tag} evacuate p^T")
+            for slot, (j, jw) in enumerate(group):
+                kt = (k0 + j) // parts
+                b.load_stationary(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax), f"{tag} p^T")
+                b.multiply_moving(o, vr.flat(plan.compute2, jw, self.dv, kt * self.dv),
+                                  acc=not (first and n_blocks == 0), comment=f"{tag} pv")
+                n_blocks += 1
+
+    def _masked(self, fixed: dict[int, int], q0: int, qw: int, k0: int, kw: int) -> bool:
+        """Is the score tile -inf everywhere whatever Q and K hold (a constant mask removes it)?"""
+        values = _constant_eval(self.plan.score, self.p_axis, q0, qw, self.f_axis, k0, kw, fixed)
+        return values is not None and bool(np.all(values == -np.inf))
+
+
+def _constant_eval(root: Node, p_axis: int, p0: int, pw: int, f_axis: int, f0: int, fw: int,
+                   fixed: dict[int, int]) -> np.ndarray | None:
+    """The tile of `root` with the accumulator and non-constant leaves at 0 (None if not evaluable)."""
+    memo: dict[int, np.ndarray] = {}
+    for node in walk(root):
+        if node.op == "acc" or (node.op == "leaf" and node.view is not None and not node.view.is_const):
+            memo[id(node)] = np.zeros((pw, fw), np.float32)
+        elif node.op == "scalar":
+            memo[id(node)] = np.full((pw, fw), node.value, np.float32)
+        elif node.view is not None:
+            v = node.view
+            base = v.offset + sum(v.strides[a] * i for a, i in fixed.items())
+            idx = (base + v.strides[p_axis] * (p0 + np.arange(pw))[:, None]
+                   + v.strides[f_axis] * (f0 + np.arange(fw))[None, :])
+            memo[id(node)] = (idx.astype(np.float32) if node.op == "iota"
+                              else v.buffer.data.reshape(-1)[idx].astype(np.float32))  # type: ignore[union-attr]
+        elif node.op in _FOLD:
+            with np.errstate(all="ignore"):
+                memo[id(node)] = np.asarray(_FOLD[node.op](*(memo[id(i)] for i in node.inputs)), np.float32)
+        else:
+            return None
+    return memo[id(root)]
+
+
+def _index(view: View, index: tuple[int, ...]) -> View:
+    for i in index:
+        view = view.index(0, i)
+    return view
