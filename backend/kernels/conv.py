@@ -207,14 +207,17 @@ class _ConvKernel:
         units = self.weights.units
         self.weights.prefetch()
         for s, sg in enumerate(self.sgs):
-            for band in bands:
+            for bi, band in enumerate(bands):
                 tiles = [self._load_band(sg, self.layout[s], c0, cn, band) for c0, cn in sg.ci]
                 for o0, _ in sg.co:
                     tile_units = [u for u in units if u.sg == s and u.o0 == o0]
                     self.weights.fetch(tile_units)
                     blocks = list(band.blocks)
-                    for g in range(0, len(blocks), self.group):
-                        grp = blocks[g:g + self.group]
+                    groups = [blocks[g:g + self.group] for g in range(0, len(blocks), self.group)]
+                    last = s == len(self.sgs) - 1 and bi == len(bands) - 1 and o0 == sg.co[-1][0]
+                    if last:  # the kernel's tail: one block at a time, its epilogue overlapping the next
+                        groups = groups[:-1] + [[blk] for blk in groups[-1]]
+                    for grp in groups:
                         accs = self._accumulate(tile_units, self.layout[s], tiles, band, grp)
                         self._epilogues(tile_units[0], grp, accs)
         self.b.alloc.end_kernel()
