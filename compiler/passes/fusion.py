@@ -25,7 +25,7 @@ Every decision, taken or refused, is recorded as a :class:`FusionDecision` (``fu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from compiler.hlo.ir import Computation, Instruction, Module
 from compiler.pass_manager import HloPass
@@ -178,11 +178,14 @@ class FusionPass(HloPass):
                 continue
             group = _Group(root, "kLoop", {root.uid: root}, set())
             claimed.add(root.uid)
+            first = len(self.decisions)
             self._grow(group, users, position, claimed)
+            if any(m.opcode == "reduce" for m in group.members.values()):
+                group.kind = "kInput"
             self._absorb_broadcasts(group, users, claimed)
+            # decisions name the kind the fusion ended up with
+            self.decisions[first:] = [replace(d, kind=group.kind) for d in self.decisions[first:]]
             if len(group.members) > 1:
-                if any(m.opcode == "reduce" for m in group.members.values()):
-                    group.kind = "kInput"
                 groups.append(group)
         return groups
 

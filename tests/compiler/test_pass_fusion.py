@@ -42,3 +42,14 @@ ENTRY %main (x: f32[2]) -> f32[2] {
     fusion = FusionPass()
     assert not fusion.run(module)
     assert fusion.decisions == []
+
+
+def test_golden_rows():
+    """softmax and layer norm as one kInput fusion each, a dot epilogue through reshapes (sunk into the
+    dot), a softmax whose rows are too long refused, a long reduction with a prologue still fused."""
+    run_golden("fusion_rows", [FusionPass()], rtol=1e-5, atol=1e-6)
+
+
+def test_golden_attention():
+    """The frontend's attention (dots over merged heads with reshapes around) as one kCustom fusion."""
+    run_golden("fusion_attention", [FusionPass()], rtol=1e-5, atol=1e-6)
