@@ -165,8 +165,21 @@ def _max_pool(x: Any, kernel_size: Any, stride: Any = None, padding: Any = 0, di
     return (x, kernel_size, stride or [], padding, dilation, ceil_mode), {}
 
 
-def _clamp_overload(x: Any, min: Any = None, max: Any = None) -> str:  # noqa: A002 (torch's names)
+def _clamp_overload(x: Any, min: Any = None, max: Any = None) -> str:
     return "aten.clamp.Tensor" if isinstance(min, fx.Node) or isinstance(max, fx.Node) else "aten.clamp.default"
+
+
+def _norm(x: Any, p: Any = "fro", dim: Any = None, keepdim: bool = False, dtype: Any = None,
+          **ignored: Any) -> tuple[tuple, dict]:
+    """torch.norm / x.norm (vector norms: p a number, "fro" being 2) -> linalg_vector_norm."""
+    if isinstance(p, str) and p != "fro":
+        raise LoweringError(f"norm with p={p!r} (a matrix norm) is not supported")
+    return (x, 2 if p in ("fro", None) else p, dim, keepdim), {"dtype": dtype}
+
+
+def _vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,
+                 dtype: Any = None, **ignored: Any) -> tuple[tuple, dict]:
+    return (x, ord, dim, keepdim), {"dtype": dtype}
 
 
 def _reduce_dim(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> tuple[tuple, dict]:
@@ -258,6 +271,12 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     torch.pow: (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     torch.einsum: ("aten.einsum.default", _einsum),
     torch.clamp: (_clamp_overload, _same),
+    torch.norm: ("aten.linalg_vector_norm.default", _norm),
+    torch.linalg.vector_norm: ("aten.linalg_vector_norm.default", _vector_norm),
+    torch._C._nn.upsample_nearest1d: ("aten.upsample_nearest1d.vec", _same),
+    torch._C._nn.upsample_nearest2d: ("aten.upsample_nearest2d.vec", _same),
+    torch._C._nn.upsample_linear1d: ("aten.upsample_linear1d.vec", _same),
+    torch._C._nn.upsample_bilinear2d: ("aten.upsample_bilinear2d.vec", _same),
     torch.unbind: ("aten.unbind.int", _same),
     torch.roll: ("aten.roll.default", _roll),
     torch.arange: ("aten.arange.start_step", _arange),
@@ -342,6 +361,7 @@ METHODS: dict[str, tuple[OpName, Adapter]] = {
     "split": ("aten.split.Tensor", _same),
     "unbind": ("aten.unbind.int", _same),
     "clamp": (_clamp_overload, _same),
+    "norm": ("aten.linalg_vector_norm.default", _norm),
     "masked_fill": ("aten.masked_fill.Scalar", _same),
     "pow": (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),

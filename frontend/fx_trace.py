@@ -8,7 +8,10 @@ each operation it records on the example inputs as well, so that
   shapes are static in a compiled program, so size computations fold into constants;
 - control flow on such values (``if``, ``len``, iteration, ``range(n)``) follows the path the example
   inputs take; control flow on tensor *data* is still refused (torch's TraceError);
-- every node carries ``meta["val"]``: its result as a meta tensor (shape and dtype) or a Python value.
+- every node carries ``meta["val"]``: its result as a meta tensor (shape and dtype) or a Python value;
+- an in-place method (``y.masked_fill_(m, v)``) is recorded as itself and the caller's proxy is rebound to
+  its result, so later uses of ``y`` see the new value (fx_aliases lowers it as the out-of-place op);
+  refused on an input, a weight or a view, whose mutation would have to reach another tensor.
 
 A GraphModule (a TorchDynamo graph) is replayed node by node so that the nodes keep its stack traces.
 
@@ -31,8 +34,8 @@ from torch.fx.proxy import TraceError
 # Tensor attributes and methods that only describe the tensor: evaluated, never recorded.
 _DESCRIPTIVE = frozenset({
     "shape", "dtype", "device", "ndim", "layout", "is_nested", "is_cuda", "is_sparse", "is_quantized",
-    "is_meta", "is_mkldnn", "requires_grad", "size", "dim", "numel", "nelement", "stride",
-    "is_floating_point", "is_complex", "is_contiguous", "element_size", "get_device", "ndimension",
+    "is_meta", "is_mkldnn", "is_cpu", "is_xpu", "is_mps", "requires_grad", "size", "dim", "numel", "nelement",
+    "stride", "is_floating_point", "is_complex", "is_contiguous", "element_size", "get_device", "ndimension",
 })
 # torch functions that only describe their tensor argument: evaluated, never recorded.
 _DESCRIPTIVE_FUNCTIONS = frozenset({torch.is_floating_point, torch.is_complex, torch.numel})
@@ -143,6 +146,10 @@ class ConcreteTracer(fx.Tracer):
     def call_module(self, m: nn.Module, forward: Callable[..., Any], args: tuple[Any, ...],
                     kwargs: dict[str, Any]) -> Any:
         if self._executing:  # running a leaf module eagerly: its submodule calls are not recorded
+            return forward(*args, **kwargs)
+        try:
+            self.path_of_module(m)
+        except NameError:  # a module made inside forward (nn.Upsample(...)(x)): trace into it
             return forward(*args, **kwargs)
         return super().call_module(m, forward, args, kwargs)
 

@@ -35,6 +35,7 @@ from . import (
     ops_linalg,
     ops_norm,
     ops_reduce,
+    ops_resize,
     ops_shape,
 )
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
@@ -46,7 +47,7 @@ Rule = Callable[..., Any]
 def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
     for mod in (ops_elementwise, ops_activation, ops_shape, ops_create, ops_index, ops_linalg, ops_conv, ops_reduce,
-                ops_norm, ops_fused):
+                ops_norm, ops_fused, ops_resize):
         for name, rule in mod.RULES.items():
             if name in table:
                 raise RuntimeError(f"two lowering rules for {name}")
@@ -138,7 +139,8 @@ _SIZE_ATTRIBUTES = ("shape", "ndim", "dtype")
 
 
 def _is_python_value(node: fx.Node, cap: CapturedGraph) -> bool:
-    """fx capture: a size computation (x.size(0), x.shape[1] * 2...) that ShapeProp evaluated.
+    """fx capture: a size computation (x.size(0), x.shape[1] * 2...) recorded as a node (fx_trace
+    evaluates most of them while tracing; what remains has its value in ``meta["val"]``).
 
     Shapes are static, so such values are constants. A non-tensor computed from tensor *data*
     (``x.max().item()``) is not: it stays an operator to lower (and is reported as unsupported).

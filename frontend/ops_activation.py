@@ -118,6 +118,33 @@ def glu(b: HloBuilder, x: Instruction, dim: int = -1) -> Instruction:
     return b.binary("multiply", b.slice(x, first), b.unary("logistic", b.slice(x, second)))
 
 
+def selu(b: HloBuilder, x: Instruction) -> Instruction:
+    return elu(b, x, 1.6732632423543772848170429916717, 1.0507009873554804934193349852946)
+
+
+def celu(b: HloBuilder, x: Instruction, alpha: Any = 1.0) -> Instruction:
+    return elu(b, x, alpha, 1.0, 1.0 / alpha)
+
+
+def log_sigmoid(b: HloBuilder, x: Instruction) -> Instruction:
+    """``-softplus(-x)``, i.e. ``min(x, 0) - log(1 + exp(-|x|))`` (stable for large |x|)."""
+    x = _float(b, x)
+    dtype = x.shape.dtype
+    tail = b.unary("log", b.binary("add", b.unary("exponential", b.unary("negate", b.unary("abs", x))),
+                                   b.scalar(1, dtype)))
+    return b.binary("subtract", b.binary("minimum", x, b.scalar(0, dtype)), tail)
+
+
+def prelu(b: HloBuilder, x: Instruction, weight: Instruction) -> Instruction:
+    """``x`` where positive, else ``weight * x`` with one weight per channel (dim 1) or one for all."""
+    w = b.convert(weight, x.shape.dtype)
+    if w.shape.size == 1 or x.shape.rank < 2:
+        w = b.broadcast_to(b.reshape(w, [1] * x.shape.rank) if x.shape.rank else b.reshape(w, []), x.shape.dims)
+    else:
+        w = b.broadcast(b.reshape(w, [w.shape.size]), x.shape.dims, (1,))
+    return b.select(b.compare(x, b.scalar(0, x.shape.dtype), "GT"), x, b.binary("multiply", x, w))
+
+
 RULES = {
     "aten.relu.default": relu,
     "aten.gelu.default": gelu,
@@ -133,4 +160,9 @@ RULES = {
     "aten.hardswish.default": hardswish,
     "aten.mish.default": mish,
     "aten.glu.default": glu,
+    "aten.selu.default": selu,
+    "aten.celu.default": celu,
+    "aten.log_sigmoid.default": log_sigmoid,
+    "aten.prelu.default": prelu,
+    "aten._prelu_kernel.default": prelu,
 }

@@ -33,7 +33,7 @@ def _index(b: HloBuilder, idx: Instruction, size: int) -> Instruction:
     return b.select(b.compare(idx, b.full(0, _INDEX, idx.shape.dims), "LT"), wrapped, idx)
 
 
-def _take(b: HloBuilder, x: Instruction, d: int, idx: Instruction) -> Instruction:
+def take(b: HloBuilder, x: Instruction, d: int, idx: Instruction) -> Instruction:
     """x with dim ``d`` replaced by the dims of ``idx`` (rows of x along d picked by idx)."""
     r, k = x.shape.rank, idx.shape.rank
     sizes = [1 if i == d else n for i, n in enumerate(x.shape.dims)]
@@ -46,14 +46,14 @@ def embedding(b: HloBuilder, weight: Instruction, indices: Instruction, padding_
               scale_grad_by_freq: bool = False, sparse: bool = False) -> Instruction:
     """Rows of ``weight`` (padding_idx, scale_grad_by_freq and sparse only matter for gradients)."""
     require(weight.shape.rank == 2, f"embedding weight must be 2-D, got {list(weight.shape.dims)}")
-    return _take(b, weight, 0, _index(b, indices, weight.shape.dims[0]))
+    return take(b, weight, 0, _index(b, indices, weight.shape.dims[0]))
 
 
 def index_select(b: HloBuilder, x: Instruction, dim: int, index: Instruction) -> Instruction:
     require(index.shape.rank <= 1, f"index_select takes a 1-D index, got {list(index.shape.dims)}")
     d = norm_dim(dim, x.shape.rank)
     idx = b.reshape(index, [index.shape.size])
-    return _take(b, x, d, _index(b, idx, x.shape.dims[d] if x.shape.rank else 1))
+    return take(b, x, d, _index(b, idx, x.shape.dims[d] if x.shape.rank else 1))
 
 
 def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_grad: bool = False) -> Instruction:
@@ -83,7 +83,7 @@ def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) 
         batch = broadcast_dims(batch, i.shape.dims)
     dims = [d for d, _ in picked]
     if len(picked) == 1:
-        return _take(b, x, dims[0], _index(b, picked[0][1], x.shape.dims[dims[0]]))
+        return take(b, x, dims[0], _index(b, picked[0][1], x.shape.dims[dims[0]]))
     coords = [b.reshape(b.broadcast_to(_index(b, i, x.shape.dims[d]), batch), [*batch, 1]) for d, i in picked]
     starts = b.concatenate(coords, len(batch))
     kept = [d for d in range(x.shape.rank) if d not in dims]
@@ -100,7 +100,7 @@ def flip(b: HloBuilder, x: Instruction, dims: Sequence[int]) -> Instruction:
     for d in sorted({norm_dim(d, x.shape.rank) for d in dims}):
         n = x.shape.dims[d]
         reversed_ = b.binary("subtract", b.full(n - 1, _INDEX, [n]), b.iota(_INDEX, [n], 0))
-        out = _take(b, out, d, reversed_)
+        out = take(b, out, d, reversed_)
     return out
 
 

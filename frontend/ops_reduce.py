@@ -137,6 +137,30 @@ def logsumexp(b: HloBuilder, x: Instruction, dim: Any, keepdim: bool = False) ->
     return _finish(b, out, x, dims, keepdim)
 
 
+def vector_norm(b: HloBuilder, x: Instruction, ord: Any = 2, dim: Any = None, keepdim: bool = False,
+                dtype: Any = None) -> Instruction:
+    """``linalg_vector_norm``: max |x| (inf), min |x| (-inf), count of nonzeros (0), else
+    ``sum(|x|^p)^(1/p)`` (p = 1 and 2 without the powers)."""
+    x = b.convert(x, hlo_dtype(dtype) if dtype is not None else float_dtype(x))
+    dims = norm_dims(dim, x.shape.rank)
+    a = b.unary("abs", x)
+    p = float(ord)
+    if p in (float("inf"), float("-inf")):
+        out = b.reduce(a, dims, "max" if p > 0 else "min")
+    elif p == 0:
+        out = b.reduce(b.convert(b.compare(a, b.full(0, a.shape.dtype, a.shape.dims), "NE"), a.shape.dtype),
+                       dims, "add")
+    elif p == 1:
+        out = b.reduce(a, dims, "add")
+    elif p == 2:
+        out = b.unary("sqrt", b.reduce(b.binary("multiply", a, a), dims, "add"))
+    else:
+        powered = b.binary("power", a, b.full(p, a.shape.dtype, a.shape.dims))
+        total = b.reduce(powered, dims, "add")
+        out = b.binary("power", total, b.full(1.0 / p, total.shape.dtype, total.shape.dims))
+    return _finish(b, out, x, dims, keepdim)
+
+
 # ---- argmax and friends -------------------------------------------------------------------------
 def _arg_reducer(b: HloBuilder, value_dtype: str, direction: str):
     """(value, index) x (value, index) -> the pair with the larger (GT) / smaller (LT) value, the
@@ -265,6 +289,7 @@ RULES = {
     "aten.all.default": _truth("and"),
     "aten.all.dim": _truth("and"),
     "aten.logsumexp.default": logsumexp,
+    "aten.linalg_vector_norm.default": vector_norm,
     "aten.cumsum.default": _cumulative("add"),
     "aten.cumprod.default": _cumulative("mul"),
     "aten.softmax.int": _softmax_rule(softmax_along),

@@ -63,3 +63,12 @@ def test_torch_compile_matches_torch(name: str):
     if name in EMULATED:
         assert not fallbacks, fallbacks
     _check(actual, expected)
+
+
+@pytest.mark.parametrize("capture", ["export", "fx"])
+def test_mlp_compiles_and_runs_on_the_emulator(capture: str):
+    import compiler
+
+    model, inputs, expected = _model("mlp")
+    executable = compiler.compile(model, inputs, capture=capture)
+    _check(executable.run(*inputs), expected)

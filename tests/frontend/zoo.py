@@ -138,4 +138,5 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "hf_bert": _hf_bert,
 }
 
-EMULATED = ("mlp", "resnet", "depthwise_separable", "transformer_encoder_layer", "gpt_block")
+# (resnet and depthwise_separable compiled too at 656d13f; at e510e76 the backend refuses their batch norm)
+EMULATED = ("mlp", "transformer_encoder_layer", "gpt_block")
