@@ -61,9 +61,10 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dtypes", nargs="+", default=["f32", "bf16"], choices=["f32", "bf16"])
     p.add_argument("--max-ops", type=int, default=8)
     p.add_argument("--max-dim", type=int, default=700)
-    p.add_argument("--max-elements", type=int, default=1 << 16)
-    p.add_argument("--max-macs", type=int, default=1 << 22)
-    p.add_argument("--timeout", type=int, default=300, help="seconds per case")
+    p.add_argument("--max-elements", type=int, default=1 << 14, help="per value")
+    p.add_argument("--max-macs", type=int, default=1 << 20, help="per dot")
+    p.add_argument("--max-batch", type=int, default=64, help="batch elements per batched dot")
+    p.add_argument("--timeout", type=int, default=120, help="seconds per case")
     p.add_argument("--out", default=str(ROOT / "tests" / "regressions"), help="where reproducers go")
     p.add_argument("--save-per-signature", type=int, default=2, help="reproducers saved per failure signature")
     p.add_argument("--shrink-evaluations", type=int, default=300)
@@ -140,7 +141,8 @@ def _record(campaign: Campaign, case: int, result, program, config: GenConfig, a
 
 def run(args: argparse.Namespace) -> Campaign:
     config = GenConfig(classes=_classes(args.ops), dtypes=tuple(args.dtypes), max_ops=args.max_ops,
-                       max_dim=args.max_dim, max_elements=args.max_elements, max_macs=args.max_macs)
+                       max_dim=args.max_dim, max_elements=args.max_elements, max_macs=args.max_macs,
+                       max_batch=args.max_batch)
     campaign = Campaign()
     signal.signal(signal.SIGALRM, _on_alarm)
     t0 = time.monotonic()

@@ -37,8 +37,9 @@ class GenConfig:
     max_ops: int = 8
     max_dim: int = 700
     max_rank: int = 4
-    max_elements: int = 1 << 16  # per value
-    max_macs: int = 1 << 22  # per dot
+    max_elements: int = 1 << 14  # per value
+    max_macs: int = 1 << 20  # per dot
+    max_batch: int = 64  # batch elements of a batched dot (the backend emits matmuls per batch element)
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.classes) - set(OP_CLASSES))
@@ -311,6 +312,8 @@ class _Generator:
             return
         lhs = self.pick_or_param(lambda v: v.rank == lhs_rank and v.size <= cfg.max_macs, lhs_rank)
         lb = tuple(self.ch.subset(list(range(lhs_rank)), min_size=n_batch)[:n_batch]) if batch else ()
+        if math.prod(lhs.dims[i] for i in lb) > cfg.max_batch:
+            return
         free = [i for i in range(lhs_rank) if i not in lb]
         lc = (ch.choice(free),)
         k = lhs.dims[lc[0]]
