@@ -325,70 +325,71 @@ def sem_name(sem: int) -> str:
 
 def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[int],
                    queues: dict[int, int]) -> None:
-    """Fill `waits`, `signals` and the DMA `queue` attribute of every instruction (in place)."""
-    stream_of: dict[int, str] = {}
-    ordinal: dict[int, int] = {}  # completion number within its stream, from 1
-    at: dict[tuple[str, int], int] = {}  # (stream, ordinal) -> op
-    counts: dict[str, int] = {}
-    known_after: dict[int, dict[str, int]] = {}  # what is known to have completed once op i completed
-    issue_known: dict[str, dict[str, int]] = {}  # per issuing engine: what it knows now
-    stream_known: dict[str, dict[str, int]] = {}  # per stream: knowledge of its last completion
-    waits_of: dict[int, list[tuple[str, int]]] = {}
+    """Fill `waits`, `signals` and the DMA `queue` attribute of every instruction (in place).
+
+    Knowledge is a vector over the streams (indexed by semaphore id): how many of the stream's
+    instructions are known to have completed."""
+    n_streams = QUEUE_SEM_BASE + max(queues.values(), default=0) + 1
+    none = [0] * n_streams
+    stream_of = [0] * len(ops)
+    ordinal = [0] * len(ops)  # completion number within its stream, from 1
+    at: dict[tuple[int, int], int] = {}  # (stream, ordinal) -> op
+    counts = [0] * n_streams
+    known_after: list[list[int]] = [none] * len(ops)  # what is known to have completed once op i completed
+    issue_known: dict[str, list[int]] = {}  # per issuing engine: what it knows now
+    stream_known = [none] * n_streams  # per stream: knowledge of its last completion
+    waits_of: dict[int, list[tuple[int, int]]] = {}
+    pe, pe_load = ENGINE_SEMS["pe"], PE_LOAD_SEM
     for i in order:
         inst = ops[i]
-        stream = _stream(inst, queues.get(i))
+        stream = _sem(_stream(inst, queues.get(i)))
         stream_of[i] = stream
-        ordinal[i] = counts.get(stream, 0) + 1
-        counts[stream] = ordinal[i]
+        counts[stream] += 1
+        ordinal[i] = counts[stream]
         at[(stream, ordinal[i])] = i
-        know = dict(issue_known.get(inst.engine, {}))
-        needed: dict[str, int] = {}
+        know = issue_known.get(inst.engine, none)
+        needed: dict[int, int] = {}
+        on_pe = inst.engine == "pe"
         for p in preds[i]:
             ps = stream_of[p]
-            if ps == stream or (inst.engine == "pe" and ops[p].engine == "pe"):
+            if ps == stream or (on_pe and ops[p].engine == "pe"):
                 continue  # one queue, or one engine's in-order issue (PE: see Timeline)
             if needed.get(ps, 0) < ordinal[p]:
                 needed[ps] = ordinal[p]
         # drop waits the stream knows already or that another wait brings along
         waits = []
         for ps, value in sorted(needed.items()):
-            if know.get(ps, 0) >= value:
+            if know[ps] >= value:
                 continue
-            if any(known_after[at[(other, v)]].get(ps, 0) >= value for other, v in needed.items() if other != ps):
+            if any(known_after[at[(other, v)]][ps] >= value for other, v in needed.items() if other != ps):
                 continue
             waits.append((ps, value))
         for ps, value in waits:
-            _merge(know, known_after[at[(ps, value)]])
-            know[ps] = max(know.get(ps, 0), value)
+            know = list(map(max, know, known_after[at[(ps, value)]]))
+            know[ps] = max(know[ps], value)
         waits_of[i] = waits
         issue_known[inst.engine] = know
-        after = dict(know)
-        _merge(after, stream_known.get(stream, {}))  # the stream completes in order
-        if stream == "pe":  # a matmul starts once the last LoadStationary completed (not vice versa)
-            _merge(after, stream_known.get("pe.load", {}))
+        after = list(map(max, know, stream_known[stream]))  # the stream completes in order
+        if stream == pe:  # a matmul starts once the last LoadStationary completed (not vice versa)
+            after = list(map(max, after, stream_known[pe_load]))
         after[stream] = ordinal[i]
         stream_known[stream] = after
         known_after[i] = after
     # only producers something waits on signal; a wait counts the signalling producers of its stream
     signalling = {at[w] for ws in waits_of.values() for w in ws}
     rank: dict[int, int] = {}
-    signalled: dict[str, int] = {}
+    signalled = [0] * n_streams
     for i in order:
         inst = ops[i]
         if i in signalling:
-            signalled[stream_of[i]] = rank[i] = signalled.get(stream_of[i], 0) + 1
-            inst.signals = [_sem(stream_of[i])]
+            signalled[stream_of[i]] += 1
+            rank[i] = signalled[stream_of[i]]
+            inst.signals = [stream_of[i]]
         else:
             inst.signals = []
-        inst.waits = [(_sem(ps), rank[at[(ps, value)]]) for ps, value in waits_of[i]]
+        inst.waits = [(ps, rank[at[(ps, value)]]) for ps, value in waits_of[i]]
         if inst.opcode == "dma":
             inst.attrs["queue"] = queues[i]
-
-
-def _merge(into: dict[str, int], other: dict[str, int]) -> None:
-    for k, v in other.items():
-        if into.get(k, 0) < v:
-            into[k] = v
 
 
 # -- report ------------------------------------------------------------------------------------------------------
