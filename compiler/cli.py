@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
+import tempfile
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,9 +14,11 @@ from pathlib import Path
 import numpy as np
 
 from compiler.errors import NeuroncError
-from isa.errors import IsaError
+from isa.errors import InputError, IsaError
 
-EXIT_ERROR = 1
+EXIT_ERROR = 1  # bad input: the message says what and where
+EXIT_INTERNAL = 3  # a bug of neuronc (argparse uses 2 for usage errors)
+EXIT_INTERRUPTED = 130
 
 
 def _add_compile(sub: argparse._SubParsersAction) -> None:
@@ -76,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile(sub)
     _add_run_and_profile(sub)
     _add_tools(sub)
+    for command in sub.choices.values():  # --verbose is accepted after the command too
+        command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
+                             help="show tracebacks on errors")
     return parser
 
 
@@ -83,6 +91,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from compiler import driver
     from compiler.model_files import load_model_file
 
+    output = args.output or str(Path(args.model).with_suffix(".neff").name)
+    check_writable(output, "the output .neff")
+    if not args.verbose:
+        quiet_torch()
     model, example_inputs = load_model_file(args.model, args.entry)
     exe = driver.compile(model, example_inputs, target=args.target,
                          opt_level=2 if args.opt_level is None else args.opt_level,
@@ -90,7 +102,6 @@ def cmd_compile(args: argparse.Namespace) -> int:
                          dump_pass_re=args.dump_pass_re, verify_each=args.verify_each,
                          disabled_passes=tuple(args.disable_pass), fusion=args.fusion, capture=args.capture,
                          scheduler=args.scheduler)
-    output = args.output or str(Path(args.model).with_suffix(".neff").name)
     exe.save(output)
     program = exe.program
     print(f"compiled {args.model} for {program.target}: {len(program.instructions)} instructions, "
@@ -101,20 +112,44 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def _inputs(exe, args: argparse.Namespace) -> list[np.ndarray]:
+    """The --inputs arrays (checked against the program's inputs, naming the file), or random inputs."""
     if not args.inputs:
         return exe.random_inputs(args.seed)
-    arrays = []
-    for path in args.inputs:
-        try:
-            arrays.append(np.load(path, allow_pickle=False))
-        except (OSError, ValueError) as e:
-            raise NeuroncError(f"{path}: cannot read as a .npy array ({e})") from None
-    return arrays
+    specs = exe.input_specs()
+    if len(args.inputs) != len(specs):
+        listing = ", ".join(f"{n}: {d}{list(s)}" for n, d, s in specs) or "none"
+        raise InputError(f"the program takes {len(specs)} input(s) ({listing}), got {len(args.inputs)} "
+                         f"--inputs file(s)")
+    return [_load_input(path, spec) for path, spec in zip(args.inputs, specs, strict=True)]
+
+
+def _load_input(path: str, spec: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
+    from isa.dtypes import dtype as isa_dtype
+
+    name, dt, shape = spec
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise InputError(f"{path}: cannot read as a .npy array ({_os_text(e)})") from None
+    if not isinstance(array, np.ndarray):  # an .npz archive
+        array.close()
+        raise InputError(f"{path}: is an .npz archive; --inputs takes one .npy file per input")
+    want = isa_dtype(dt).numpy
+    if array.dtype != want and array.dtype.itemsize == want.itemsize and array.dtype.kind in "Vu" \
+            and want.kind not in "iub":
+        array = array.view(want)  # bf16/fp8 saved as raw bits (np.save writes them as void or uint)
+    if tuple(array.shape) != tuple(shape):
+        raise InputError(f"{path}: input {name} must have shape {list(shape)}, the file holds {list(array.shape)}")
+    if array.dtype != want:
+        raise InputError(f"{path}: input {name} must be {dt} ({want}), the file holds {array.dtype}")
+    return array
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     from compiler import driver
 
+    if args.output:
+        check_writable(args.output, "--output")
     exe = driver.load(args.neff)
     outputs = exe.run(*_inputs(exe, args), check=args.check, progress=True)
     for name, value in zip(exe.program.outputs, outputs, strict=True):
@@ -122,7 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(f"{name}: {value.dtype}{list(value.shape)}  mean={finite.mean():.6g} "
               f"min={finite.min():.6g} max={finite.max():.6g}")
     if args.output:
-        np.savez(args.output, **dict(zip(exe.program.outputs, outputs, strict=True)))
+        arrays = dict(zip(exe.program.outputs, outputs, strict=True))
+        write_atomic(args.output, lambda f: np.savez(f, **arrays))
         print(f"wrote {args.output}")
     return 0
 
@@ -132,6 +168,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from compiler import driver
 
+    for path, what in ((args.trace, "--trace"), (args.json, "--json")):
+        if path:
+            check_writable(path, what)
     exe = driver.load(args.neff)
     prof = exe.profile(*_inputs(exe, args), check=args.check, progress=True)
     print(prof.summary())
@@ -139,15 +178,23 @@ def cmd_profile(args: argparse.Namespace) -> int:
         prof.save_trace(args.trace)
         print(f"wrote trace {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")
     if args.json:
-        Path(args.json).write_text(json.dumps(prof.to_dict(), indent=2))
+        text = json.dumps(prof.to_dict(), indent=2).encode()
+        write_atomic(args.json, lambda f: f.write(text))
     return 0
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
+    from compiler import driver
     from isa import neff
     from isa.asm import load_asm_file
 
+    check_writable(args.output, "the output .neff")
+    check_utf8(args.source, "an ISA text file")
     program = load_asm_file(args.source)
+    try:
+        driver.load_target(program.target)
+    except NeuroncError as e:
+        raise NeuroncError(f"{args.source}: .target {program.target}: {e}") from None
     neff.save(program, args.output)
     print(f"assembled {args.source}: {len(program.instructions)} instructions -> {args.output}")
     return 0
@@ -157,6 +204,8 @@ def cmd_disasm(args: argparse.Namespace) -> int:
     from isa import neff
     from isa.asm import print_program, save_asm_file
 
+    if args.output:
+        check_writable(args.output, "the output text")
     program = neff.load(args.neff)
     if args.output:
         save_asm_file(program, args.output)
@@ -166,6 +215,8 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 
 
 def cmd_list_operators(args: argparse.Namespace) -> int:
+    if not args.verbose:
+        quiet_torch()
     from frontend import supported_operators
 
     ops = supported_operators()
@@ -179,14 +230,90 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.func(args)
-    except (NeuroncError, IsaError, OSError) as e:
-        if args.verbose:
-            traceback.print_exc()
-        kind = type(e).__name__
-        print(f"neuronc {args.command}: error: {kind}: {e}", file=sys.stderr)
-        if not args.verbose:
-            print("(run with --verbose for a traceback)", file=sys.stderr)
-        return EXIT_ERROR
+    except (NeuroncError, IsaError) as e:
+        return _fail(args, type(e).__name__, str(e), EXIT_ERROR)
+    except OSError as e:
+        return _fail(args, type(e).__name__, _os_text(e), EXIT_ERROR)
+    except MemoryError:
+        return _fail(args, "MemoryError", "out of memory (is the model too large for this machine?)", EXIT_ERROR)
+    except KeyboardInterrupt:
+        print(f"neuronc {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - a bug of neuronc: say so, without a traceback unless --verbose
+        return _fail(args, "internal error", f"{type(e).__name__}: {e} (this is a bug in neuronc; please report "
+                     f"it with the --verbose output)", EXIT_INTERNAL)
+
+
+def _fail(args: argparse.Namespace, kind: str, message: str, status: int) -> int:
+    if args.verbose:
+        traceback.print_exc()
+    print(f"neuronc {args.command}: error: {kind}: {_printable(message)}", file=sys.stderr)
+    if not args.verbose:
+        print("(run with --verbose for a traceback)", file=sys.stderr)
+    return status
+
+
+def _printable(text: str) -> str:
+    """Control characters (from binary input echoed in a message) as escapes, so the terminal stays sane."""
+    return re.sub(r"[\x00-\x08\x0b-\x1f\x7f]", lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def _os_text(e: BaseException) -> str:
+    """'PATH: reason' for an OSError (no errno, no temp-file names), else the message."""
+    if isinstance(e, OSError) and e.strerror:
+        path = e.filename2 if isinstance(e, IsADirectoryError) and e.filename2 else e.filename
+        return f"{path}: {e.strerror}" if path else e.strerror
+    return str(e)
+
+
+def check_writable(path: str, what: str) -> None:
+    """Refuse, before any work, an output path that cannot be written: missing folder, or a folder itself."""
+    target = Path(path)
+    if target.is_dir():
+        raise NeuroncError(f"{what} {path} is a directory")
+    parent = target.parent
+    if not parent.is_dir():
+        raise NeuroncError(f"{what} {path}: the folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise NeuroncError(f"{what} {path}: the folder {parent} is not writable")
+
+
+def check_utf8(path: str, what: str) -> None:
+    try:
+        Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise NeuroncError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                           f"expected {what}") from None
+
+
+def write_atomic(path: str, write) -> None:
+    """Call ``write(file)`` on a temp file beside ``path``, then rename it over ``path`` (no partial file)."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def quiet_torch() -> None:
+    """Silence torch's own error logging (it logs tracebacks of failed meta kernels during export); the
+    failure reaches the user as one clear error. --verbose keeps it."""
+    import logging
+
+    import torch  # noqa: F401 - torch configures its loggers on import; quiet them afterwards
+
+    logging.getLogger("torch").setLevel(logging.CRITICAL)
 
 
 if __name__ == "__main__":  # pragma: no cover

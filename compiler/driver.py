@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from compiler.errors import ModelLoadError, NeuroncError
+from compiler import capacity
+from compiler.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from compiler.hlo.ir import Module
 from isa.dtypes import dtype as isa_dtype
 from isa.errors import InputError
@@ -133,25 +136,103 @@ def load(path: str | os.PathLike) -> Executable:
     from isa import neff
 
     program = neff.load(os.fspath(path))
+    try:
+        load_target(program.target)
+    except NeuroncError as e:
+        raise NeuroncError(f"{os.fspath(path)}: the program was compiled for target {program.target!r}, "
+                           f"which cannot be loaded here ({e})") from None
     return Executable(program=program, hlo=str(program.meta.get("hlo", "")))
 
 
-def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOptions) -> Module:
+def load_target(name_or_path: str) -> Any:
+    """The isa Target; a NeuroncError naming the target when it is unknown or its file is malformed."""
+    from isa.target import load_target as isa_load_target
+
+    try:
+        return isa_load_target(name_or_path)
+    except json.JSONDecodeError as e:
+        raise NeuroncError(f"target file {name_or_path}: not valid JSON ({e})") from None
+    except ValueError as e:  # unknown name, unreadable file
+        raise NeuroncError(str(e)) from None
+    except (KeyError, TypeError, AttributeError) as e:
+        raise NeuroncError(f"target {name_or_path}: not a valid target description "
+                           f"(missing or malformed field {e})") from None
+
+
+def _read_hlo_file(path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ModelLoadError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+                             f"an .hlo file is HLO text") from None
+    except OSError as e:
+        raise ModelLoadError(f"{path}: cannot read: {e.strerror}") from None
+
+
+def _load_hlo(path: str, target_machine: Any) -> tuple[Module, str]:
+    """An .hlo file and its constants; a constant too large for HBM is reported before its data is read,
+    and before a missing side file is."""
+    from compiler.hlo.io import load_hlo_file
+    from compiler.hlo.parser import parse_module
+
+    text = _read_hlo_file(path)
+    try:
+        return load_hlo_file(path), text
+    except HloParseError:
+        try:
+            bare = parse_module(text, constants=None, source=path)
+        except HloParseError:
+            bare = None
+        if bare is not None:
+            capacity.check_module(bare, target_machine)
+        raise
+
+
+def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOptions,
+                   target_machine: Any) -> tuple[Module, str | None, str | None]:
+    """The HLO module of `model`, with its text and file name when it was HLO (to locate verifier errors)."""
     if isinstance(model, Module):
-        return model
+        return model, None, None
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
-        from compiler.hlo.io import load_hlo_file
         from compiler.hlo.parser import parse_module
 
         if "HloModule" in text:
-            return parse_module(text)
+            return parse_module(text), text, None
         if not Path(text).is_file():
             raise ModelLoadError(f"{text}: no such HLO file")
-        return load_hlo_file(text)
+        module, hlo_text = _load_hlo(text, target_machine)
+        return module, hlo_text, text
+    capacity.check_model(model, tuple(example_inputs), target_machine)
     from frontend import import_model
 
-    return import_model(model, tuple(example_inputs), capture=options.capture)
+    return import_model(model, tuple(example_inputs), capture=options.capture), None, None
+
+
+def _verify(module: Module, text: str | None, source: str | None) -> None:
+    """The verifier, its error prefixed with file:line of the instruction it names when the text is known."""
+    from compiler.hlo.verifier import verify_module
+
+    try:
+        verify_module(module)
+    except VerificationError as e:
+        where = _locate(str(e), text, source)
+        if where is None:
+            raise
+        raise VerificationError(f"{where}: {e}") from None
+
+
+def _locate(message: str, text: str | None, source: str | None) -> str | None:
+    """'file:line' (or 'line N') of the first instruction a verifier message names, found in the HLO text."""
+    if not text:
+        return None
+    for name in re.findall(r"%([\w.\-]+) \(", message):
+        pattern = re.compile(rf"^\s*(?:ROOT\s+)?%?{re.escape(name)}\s*=", re.M)
+        m = pattern.search(text)
+        if m:
+            line = text.count("\n", 0, m.start()) + 1
+            return f"{source}:{line}" if source else f"line {line}"
+    return None
 
 
 def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1", opt_level: int = 2,
@@ -164,13 +245,10 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
     options = CompileOptions(target=target, opt_level=opt_level, auto_cast=auto_cast, dump_dir=dump_dir,
                              **kwargs)
     options.validate()
-    from isa.target import load_target
-
-    try:
-        target_machine = load_target(options.target)
-    except ValueError as e:
-        raise NeuroncError(str(e)) from None
-    module = _import_module(model, example_inputs, options)
+    target_machine = load_target(options.target)
+    module, text, source = _import_module(model, example_inputs, options, target_machine)
+    capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
+    _verify(module, text, source)
     return compile_module(module, target_machine, options)
 
 
@@ -183,6 +261,7 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions)
     from compiler.pass_manager import PipelineOptions, build_pipeline
 
     verify_module(module)
+    capacity.check_module(module, target_machine)
     pipeline = build_pipeline(options.opt_level, PipelineOptions(
         auto_cast=options.auto_cast, auto_cast_type=options.auto_cast_type, fusion=options.fusion,
         dump_dir=options.dump_dir, dump_pass_re=options.dump_pass_re, verify_each=options.verify_each,
@@ -190,6 +269,7 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions)
     pipeline.run(module)
     result = backend_compile(module, target_machine,
                              options=BackendOptions(list_schedule=options.scheduler == "list"))
+    capacity.check_program(result.program, target_machine)
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(),
                      reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})

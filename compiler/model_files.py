@@ -16,6 +16,8 @@ MODEL_SUFFIXES = (".py", ".pt2", ".hlo")
 def load_model_file(path: str, entry: str = "get_model") -> tuple[Any, tuple]:
     """Return (model, example_inputs); for .hlo, (path, ()) so that the driver parses it."""
     file = Path(path)
+    if file.is_dir():
+        raise ModelLoadError(f"{path} is a directory, not a model file ({', '.join(MODEL_SUFFIXES)})")
     if not file.is_file():
         raise ModelLoadError(f"{path}: no such file")
     suffix = file.suffix.lower()
@@ -46,6 +48,8 @@ def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
     sys.path.insert(0, str(file.parent))
     try:
         spec.loader.exec_module(module)
+    except SystemExit as e:
+        raise ModelLoadError(f"{file}: importing it called sys.exit({e.code!r}){_user_frame(e, file)}") from None
     except Exception as e:
         raise ModelLoadError(f"{file}: importing it raised {type(e).__name__}: {e}{_user_frame(e, file)}") from None
     finally:
@@ -56,11 +60,18 @@ def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
                              f"{entry}() -> (torch.nn.Module, example_inputs) (choose another name with --entry)")
     try:
         result = factory()
+    except SystemExit as e:
+        raise ModelLoadError(f"{file}: {entry}() called sys.exit({e.code!r}){_user_frame(e, file)}") from None
     except Exception as e:
         raise ModelLoadError(f"{file}: {entry}() raised {type(e).__name__}: {e}{_user_frame(e, file)}") from None
     if not (isinstance(result, tuple) and len(result) == 2):
         raise ModelLoadError(f"{file}: {entry}() must return (model, example_inputs), got {type(result).__name__}")
     model, example_inputs = result
+    import torch
+
+    if not isinstance(model, torch.nn.Module | torch.export.ExportedProgram):
+        raise ModelLoadError(f"{file}: {entry}() returned a {type(model).__name__} as the model; expected a "
+                             f"torch.nn.Module (or a torch.export ExportedProgram)")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
     return model, tuple(example_inputs)
