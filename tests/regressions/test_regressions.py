@@ -22,6 +22,10 @@ KNOWN_BUGS: dict[str, str] = {
         "backend (issue 6/7): backend/kernels/elementwise.py _Kernel.tiles: a chunk of a row reduction holds "
         "every inner free axis whole, larger than the fw_max-element tiles it is loaded into; the load overruns "
         "its SBUF slot and clobbers the running max (result misses the first chunk)",
+    "fusion_broadcast_of_computed_value.hlo":
+        "fusion pass (issue 4) + backend (issue 6/7): compiler/passes/fusion.py fuses negate -> broadcast -> tanh "
+        "into one kLoop fusion that backend/fused.py ExprBuilder.axes_for cannot lower (CompilationError 'cannot "
+        "place a [2, 3] value in a kernel over [4, 2, 3]' at -O2/-O3)",
 }
 
 FILES = sorted(HERE.glob("*.hlo"))
