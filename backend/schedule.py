@@ -11,8 +11,9 @@
      elementwise ALU ops, memset, iota; the ISA table and the engines' memories decide, e.g. POOL
      never touches PSUM) goes to the engine where it finishes first; a plain ACT copy moved to DVE or
      POOL becomes a tensor_copy. A DMA goes to the queue it can start on first. Queues are FIFO, so
-     SP triggers a transfer only shortly (DMA_BACKLOG_NS) before a queue frees: an early trigger of
-     a prefetch needed late would hold up a transfer needed sooner that becomes ready meanwhile.
+     SP takes the next transfer only when it would reach a queue as that queue frees (DMA_BACKLOG_NS):
+     an early trigger of a prefetch needed late would hold up a transfer needed sooner that becomes
+     ready meanwhile. (The emulator's SP does not wait for that moment: only the order matters.)
    - "ready_time": the same loop, but each engine takes the earliest-emitted ready instruction (the
      first list scheduler of this backend; kept for comparison).
    - "inorder": program order, engines as the kernels chose them, DMA queues round robin.
@@ -43,7 +44,7 @@ PE_LOAD_SEM = 4  # PE's LoadStationary completes out of order with the matmul it
 QUEUE_SEM_BASE = 5
 COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
 SCHEDULERS = ("list", "ready_time", "inorder")
-DMA_BACKLOG_NS = 1000.0  # list scheduling: SP triggers a transfer at most this long before a queue frees
+DMA_BACKLOG_NS = 0.0  # list scheduling: a transfer reaches its queue at most this long before the queue frees
 COPY_ENGINES = OPCODES["tensor_copy"].engines
 
 
@@ -121,7 +122,7 @@ class Timeline:
 
     def free(self, engine: str) -> float:
         """When `engine` could start its next (non-load) instruction. With a backlog limit, SP
-        triggers a transfer only when it would reach a queue at most `backlog_ns` before the queue
+        takes a transfer only when it would reach a queue at most `backlog_ns` before the queue
         frees: queues are FIFO, so an early trigger of a transfer needed late would hold up one
         needed sooner that becomes ready meanwhile."""
         if engine == "pe":
