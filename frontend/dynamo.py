@@ -4,8 +4,9 @@ The backend is registered through the ``torch_dynamo_backends`` entry point (pyp
 ``import frontend`` does not have to import torch._dynamo. Dynamo calls ``neuronc_backend(gm, example_inputs)``
 once per partial graph (graph breaks split a model into several, and run the Python between them
 eagerly). Each graph is captured with the fx path, compiled with ``compiler.compile`` and replaced by a
-callable that feeds its inputs (module parameters included: dynamo passes them as graph inputs) to the
-emulator and returns torch tensors.
+callable that feeds its inputs to the emulator and returns torch tensors. Module parameters and buffers,
+which dynamo passes as graph inputs, are compiled in as constants (as ``frontend.import_model`` does),
+and checked by identity and version at each call (see ``CompiledGraph``).
 
 A graph is left to eager PyTorch, with a warning saying why, when it uses operators without a
 lowering rule (the warning names them and the source lines), when the compiler or its backend cannot
@@ -19,6 +20,7 @@ them on to ``compiler.compile``.
 from __future__ import annotations
 
 import itertools
+import re
 import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -52,43 +54,107 @@ def _op_count(gm: fx.GraphModule) -> int:
 
 
 def _to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A numpy result as a torch tensor of ``dtype`` (bf16/fp8 arrive as ml_dtypes arrays)."""
+    """A numpy result as a torch tensor of ``dtype`` (bf16/fp8 arrive as ml_dtypes arrays, s64 results
+    may arrive as int32)."""
     array = np.ascontiguousarray(array)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         ints = {torch.bfloat16: np.int16}.get(dtype, np.uint8)
         return torch.from_numpy(array.view(ints).copy()).view(dtype)
-    return torch.from_numpy(array.copy())
+    return torch.from_numpy(array.copy()).to(dtype)
 
 
 class _Run:
-    """One compiled specialization: the tensor inputs go to the emulator, results come back as torch."""
+    """One compiled specialization: the non-weight tensor inputs go to the emulator, results come back
+    as torch tensors. Holds the weights it was compiled with, so that their ids stay theirs."""
 
-    def __init__(self, executable: Any, out_spec: pytree.TreeSpec, out_dtypes: Sequence[torch.dtype]):
-        self.executable, self.out_spec, self.out_dtypes = executable, out_spec, list(out_dtypes)
+    def __init__(self, executable: Any, fed: Sequence[int], out_spec: pytree.TreeSpec,
+                 out_dtypes: Sequence[torch.dtype], weights: Sequence[torch.Tensor]):
+        from compiler.driver import to_numpy  # imported with the driver (see neuronc_backend)
+        from isa.dtypes import dtype as isa_dtype
+
+        self.executable, self.fed, self.out_spec = executable, list(fed), out_spec
+        self.out_dtypes, self.weights = list(out_dtypes), list(weights)
+        self.to_numpy = to_numpy
+        # the program's own input types (s64 indices, for one, arrive as i32)
+        self.in_dtypes = [isa_dtype(dt).numpy for _, dt, _ in executable.input_specs()]
 
     def __call__(self, *inputs: Any) -> Any:
-        tensors = [t.detach().contiguous() for t in inputs if isinstance(t, torch.Tensor)]
-        outputs = self.executable.run(*tensors)
-        return pytree.tree_unflatten([_to_torch(a, d) for a, d in zip(outputs, self.out_dtypes)], self.out_spec)
+        arrays = [self.to_numpy(inputs[i].detach().contiguous()).astype(d, copy=False)
+                  for i, d in zip(self.fed, self.in_dtypes)]
+        outputs = self.executable.run(*arrays)
+        tensors = [_to_torch(a, d) for a, d in zip(outputs, self.out_dtypes)]
+        return pytree.tree_unflatten(tensors, self.out_spec)
 
 
-def _signature(inputs: Sequence[Any]) -> tuple:
-    """What a compiled specialization depends on: tensor shapes and dtypes, and the values of the rest."""
-    return tuple((tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for t in inputs)
+_WEIGHT_SOURCE = re.compile(r"\._(?:parameters|buffers)\[")
+_SOURCE_PATH = re.compile(r"\._(?:modules|parameters|buffers)\['([^']+)'\]")
+
+
+def weight_inputs(gm: fx.GraphModule) -> dict[int, str]:
+    """The graph inputs that are module parameters or buffers (dynamo passes them as inputs), by input
+    position, with their state_dict names (read from dynamo's source, e.g. L['self']._modules['fc']
+    ._parameters['weight'] -> fc.weight)."""
+    weights = {}
+    for i, node in enumerate(n for n in gm.graph.nodes if n.op == "placeholder"):
+        source = getattr(node.meta.get("grapharg"), "source", None)
+        name = getattr(source, "name", "")
+        name = name() if callable(name) else str(name)
+        if _WEIGHT_SOURCE.search(name):
+            weights[i] = ".".join(_SOURCE_PATH.findall(name))
+    return weights
+
+
+def _frozen(gm: fx.GraphModule, weights: dict[int, str], inputs: Sequence[Any]) -> fx.GraphModule:
+    """A copy of ``gm`` whose weight inputs are attributes holding their current values (so they
+    become HLO constants named by their state_dict keys, and constant folding sees them)."""
+    graph = fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    attrs: dict[str, Any] = {}
+    for node in list(graph.nodes):
+        if node.op in ("get_attr", "call_module"):
+            attrs[node.target] = gm.get_submodule(node.target) if node.op == "call_module" else \
+                fx_trace_attribute(gm, node.target)
+    for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
+        if i in weights:
+            key = weights[i] or node.name
+            attrs[key] = inputs[i].detach()
+            with graph.inserting_before(node):
+                value = graph.get_attr(key)
+            value.meta = dict(node.meta)
+            node.replace_all_uses_with(value)
+            graph.erase_node(node)
+    return fx.GraphModule(attrs, graph)
+
+
+def fx_trace_attribute(module: torch.nn.Module, target: str) -> Any:
+    value: Any = module
+    for part in target.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def _signature(inputs: Sequence[Any], weights: dict[int, str]) -> tuple:
+    """What a compiled specialization depends on: the shapes and dtypes of the tensor inputs, the values
+    of the others, and the identity and version of each weight (an update in place bumps the version)."""
+    return tuple((id(t), t._version) if i in weights else
+                 (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for i, t in enumerate(inputs))
 
 
 class CompiledGraph:
     """A dynamo graph compiled once per input signature: shapes are static in a compiled program, so a
     graph with symbolic sizes (``dynamic=True`` or dynamo's automatic dynamic shapes) is specialized to
-    the sizes of each call. A specialization neuronc cannot compile runs eagerly (with a warning)."""
+    the sizes of each call; module weights are compiled in as constants, and a weight that changed (a new
+    tensor, or the same one updated in place) compiles the graph again. A specialization neuronc cannot
+    compile runs eagerly (with a warning)."""
 
     def __init__(self, gm: fx.GraphModule, options: dict[str, Any]):
         self.gm, self.options = gm, options
+        self.weights = weight_inputs(gm)
         self.name = f"dynamo_graph_{next(_graph_ids)}"
         self.specializations: dict[tuple, Callable[..., Any]] = {}
 
     def __call__(self, *inputs: Any) -> Any:
-        key = _signature(inputs)
+        key = _signature(inputs, self.weights)
         run = self.specializations.get(key)
         if run is None:
             run = self.specializations[key] = self.specialize(inputs)
@@ -96,8 +162,11 @@ class CompiledGraph:
 
     def specialize(self, inputs: Sequence[Any]) -> Callable[..., Any]:
         """Compile for these inputs, or return the eager graph (after a warning saying why)."""
+        fed = [i for i, t in enumerate(inputs) if i not in self.weights and isinstance(t, torch.Tensor)]
+        rest = [t for i, t in enumerate(inputs) if i not in self.weights]
         try:
-            module = lower_graph(capture_fx(self.gm, inputs, name=self.name))
+            frozen = _frozen(self.gm, self.weights, inputs)
+            module = lower_graph(capture_fx(frozen, rest, name=self.name))
         except NeuroncError as e:
             return _eager(self.gm, str(e))
         from compiler import compile as compile_model  # the driver imports the frontend, not the other way
@@ -110,7 +179,8 @@ class CompiledGraph:
             return _eager(self.gm, f"internal compiler error (please report it): {type(e).__name__}: {e}")
         output = next(n for n in self.gm.graph.nodes if n.op == "output")
         _, out_spec = pytree.tree_flatten(output.args[0])
-        return _Run(executable, out_spec, [HLO_TO_TORCH[s.dtype] for s in _output_shapes(module)])
+        return _Run(executable, fed, out_spec, [HLO_TO_TORCH[s.dtype] for s in _output_shapes(module)],
+                    [inputs[i] for i in self.weights])
 
 
 def neuronc_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -127,7 +197,7 @@ def neuronc_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
         first = graph.specialize(example_inputs)  # compile now: a graph that falls back costs nothing
         if first is gm.forward:
             return first
-        graph.specializations[_signature(example_inputs)] = first
+        graph.specializations[_signature(example_inputs, graph.weights)] = first
     return graph
 
 

@@ -244,11 +244,13 @@ class _Replay(nn.Module):
 
     def __init__(self, gm: fx.GraphModule):
         super().__init__()
-        self.gm = gm
+        object.__setattr__(self, "_graph_module", gm)  # not a submodule: attribute paths stay gm's own
+        self._modules, self._parameters, self._buffers = gm._modules, gm._parameters, gm._buffers
+        self.__dict__.update({k: v for k, v in gm.__dict__.items() if isinstance(v, torch.Tensor)})
 
     def forward(self, *args: Any) -> Any:
         with fx.traceback.preserve_node_meta():
-            return fx.Interpreter(self.gm).run(*args)
+            return fx.Interpreter(self._graph_module).run(*args)
 
 
 def trace(model: nn.Module, example_inputs: Sequence[Any], name: str, *,

@@ -128,6 +128,22 @@ def test_options_reach_the_compiler(emulator_runs):
     assert emulator_runs[0].target == "trn2"
 
 
+def test_weights_are_constants_and_a_changed_weight_recompiles(emulator_runs):
+    torch.manual_seed(0)
+    model, x = TwoLayer().eval(), torch.randn(4, 16)
+    compiled = torch.compile(model, backend="neuronc")
+    with torch.no_grad():
+        compiled(x)
+        executable = emulator_runs[0]
+        assert len(executable.input_specs()) == 1  # x only: the weights are compiled in
+        assert 'data="fc1.weight"' in executable.hlo and 'data="fc2.bias"' in executable.hlo
+        model.fc1.weight.mul_(2)  # an update in place: the same tensor, a new version
+        out, _ = compiled(x)
+        assert_close(out.numpy(), model(x)[0])
+        compiled(x)
+    assert len(emulator_runs) == 3 and len({id(e) for e in emulator_runs}) == 2
+
+
 def test_misspelt_option_is_an_error():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="unknown neuronc option.*opt_levle"), torch.no_grad():
