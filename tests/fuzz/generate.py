@@ -1,5 +1,6 @@
 """Random HLO programs: chains and DAGs of elementwise ops, broadcasts, reductions, dots and batched dots,
-transposes, reshapes, slices, concatenations and converts, in f32 and bf16.
+transposes, reshapes, slices, concatenations, converts, selects (compare/select/clamp, iota masks) and pads,
+in f32 and bf16.
 
 ``generate(chooser, config)`` builds a verified ``compiler.hlo.ir.Module``. Every op class has a switch
 (``GenConfig.classes``). Values keep an estimated range so that the generator can keep the numerics
@@ -20,7 +21,7 @@ from compiler.hlo.verifier import verify_module
 from tests.fuzz.choices import Chooser
 
 OP_CLASSES = ("elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpose", "reshape", "slice",
-              "concatenate", "convert")
+              "concatenate", "convert", "select", "pad")
 DIM_TIERS = (((1, 8), 55), ((9, 64), 30), ((65, 256), 10), ((257, 700), 5))
 UNARY = (("negate", 10), ("tanh", 15), ("logistic", 10), ("exponential", 10), ("log", 8), ("sqrt", 8),
          ("rsqrt", 6), ("gelu", 6), ("gelu_tanh", 4))
@@ -109,7 +110,7 @@ class _Generator:
         ops = {"elementwise": self.elementwise, "broadcast": self.broadcast, "reduce": self.reduce,
                "dot": lambda: self.dot(batch=False), "batch_dot": lambda: self.dot(batch=True),
                "transpose": self.transpose, "reshape": self.reshape, "slice": self.slice,
-               "concatenate": self.concatenate, "convert": self.convert}
+               "concatenate": self.concatenate, "convert": self.convert, "select": self.select, "pad": self.pad}
         for _ in range(self.ch.integer(1, self.cfg.max_ops)):
             self.ch.mark()
             cls = self.ch.choice(self.cfg.classes)
@@ -139,12 +140,13 @@ class _Generator:
 
     # -- emission --------------------------------------------------------------------------------------------
     def emit(self, opcode: str, dtype: str, dims: tuple[int, ...], operands: list[Value], lo: float, hi: float,
-             cls: str | None = None, **attrs: object) -> Value:
+             cls: str | None = None, pickable: bool = True, **attrs: object) -> Value:
         inst = Instruction(f"v{len(self.insts)}", opcode, Shape.array(dtype, dims), [v.inst for v in operands],
                            dict(attrs))
         self.insts.append(inst)
         value = Value(inst, float(lo), float(hi))
-        self.values.append(value)
+        if pickable:  # predicates are not: they only feed selects
+            self.values.append(value)
         if cls:
             self.cls_of[inst] = cls
         return value
@@ -421,6 +423,47 @@ class _Generator:
         dims[axis] = total
         lo, hi = min(p.lo for p in parts), max(p.hi for p in parts)
         self.emit("concatenate", x.dtype, tuple(dims), parts, lo, hi, "concatenate", dimensions=(axis,))
+
+    def select(self) -> None:
+        """select(compare(a, b), a, b) or with an iota mask (as attention masks are built), or clamp."""
+        a = self.pick() or self.param(self.ch.choice(self.cfg.dtypes), self.shape())
+        kind = self.ch.weighted([("compare", 45), ("mask", 30 if a.rank else 0), ("clamp", 25)])
+        if kind == "clamp":
+            low, high = sorted((self.constant(a.dtype, ()) for _ in range(2)), key=lambda c: c.lo)
+            self.emit("clamp", a.dtype, a.dims, [low, a, high], max(low.lo, min(a.lo, high.lo)),
+                      min(high.lo, max(a.hi, low.lo)), "select")
+            return
+        b = self.partner(a)
+        direction = self.ch.choice(("EQ", "NE", "LT", "LE", "GT", "GE"))
+        if kind == "compare":
+            pred = self.emit("compare", "pred", a.dims, [a, b], 0, 1, "select", pickable=False, direction=direction)
+        else:
+            axis = self.ch.integer(0, a.rank - 1)
+            iota = self.emit("iota", "s32", a.dims, [], 0, a.dims[axis], "select", pickable=False,
+                             iota_dimension=axis)
+            k = self.emit("constant", "s32", (), [], 0, 0, pickable=False)
+            k.inst.literal = np.array(self.ch.integer(0, a.dims[axis]), dtype=np.int32)
+            bound = self.emit("broadcast", "s32", a.dims, [k], 0, 0, "select", pickable=False, dimensions=())
+            pred = self.emit("compare", "pred", a.dims, [iota, bound], 0, 1, "select", pickable=False,
+                             direction=direction)
+        self.emit("select", a.dtype, a.dims, [pred, a, b], min(a.lo, b.lo), max(a.hi, b.hi), "select")
+
+    def pad(self) -> None:
+        x = self.pick_or_param(lambda v: v.rank >= 1, self.ch.integer(1, max(1, self.cfg.max_rank)))
+        config, dims = [], []
+        for n in x.dims:
+            interior = self.ch.weighted([(0, 80), (1, 15), (2, 5)])
+            dilated = n + max(n - 1, 0) * interior
+            lo = self.ch.integer(-min(2, dilated - 1), 3)
+            hi = self.ch.integer(-min(2, dilated + lo - 1), 3)
+            config.append((lo, hi, interior))
+            dims.append(lo + dilated + hi)
+        if math.prod(dims) > self.cfg.max_elements:
+            return
+        init = self.constant(x.dtype, ())
+        text = "x".join(f"{lo}_{hi}" + (f"_{i}" if i else "") for lo, hi, i in config)
+        self.emit("pad", x.dtype, tuple(dims), [x, init], min(x.lo, init.lo), max(x.hi, init.hi), "pad",
+                  padding=text)
 
     def convert(self) -> None:
         x = self.pick() or self.param(self.ch.choice(self.cfg.dtypes), self.shape())

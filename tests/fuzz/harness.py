@@ -36,10 +36,11 @@ from tests.fuzz.reference import UNIT_ROUNDOFF, Bounded, NotModeled, check, exac
 TARGETS = ("trn1", "trn2")
 # the op class of each opcode the generator emits (the others are layout helpers: tuple, constant...)
 OPCODE_CLASSES = {"reduce": "reduce", "dot": "dot", "transpose": "transpose", "reshape": "reshape",
-                  "slice": "slice", "concatenate": "concatenate", "convert": "convert", "broadcast": "broadcast"}
+                  "slice": "slice", "concatenate": "concatenate", "convert": "convert", "broadcast": "broadcast",
+                  "compare": "select", "select": "select", "clamp": "select", "iota": "select", "pad": "pad"}
 _NAMED_OPCODE = re.compile(r"%[\w.\-]+ \(([\w\-]+)\)")
 SUPPORTED_CLASSES = frozenset({"elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpose", "reshape",
-                               "slice", "concatenate", "convert"})
+                               "slice", "concatenate", "convert", "select"})
 ROOT = Path(__file__).resolve().parents[2]
 BUG_KINDS = ("rejected", "crash", "checked", "mismatch", "interpreter", "torch")
 

@@ -21,8 +21,8 @@ import torch.nn.functional as F
 
 from compiler.hlo.ir import Computation, Instruction, Module, Quoted, SliceSpec
 
-TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
-UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8}
+TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "s32": torch.int32, "pred": torch.bool}
+UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "s32": 0.0, "pred": 0.0}
 ACCUMULATE = 2.0 ** -24  # dot and reduce accumulate in fp32
 TRANSCENDENTAL = 8 * 2.0 ** -24  # relative error allowed to fp32 tanh/exp/log/... and the ACT engine's
 SLACK = 4.0  # the bound is first-order: allow this factor on top
@@ -45,12 +45,39 @@ _T_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 _T_CUSTOM = {"gelu": lambda x: F.gelu(x), "gelu_tanh": lambda x: F.gelu(x, approximate="tanh")}
 _REDUCERS = {"add": "sum", "maximum": "amax", "minimum": "amin"}
+_COMPARE = {"EQ": torch.eq, "NE": torch.ne, "LT": torch.lt, "LE": torch.le, "GT": torch.gt, "GE": torch.ge}
 
 
 def _tensor(array: np.ndarray, dtype: str) -> torch.Tensor:
     if dtype not in TORCH_DTYPES:
         raise NotModeled(f"element type {dtype}")
-    return torch.from_numpy(np.asarray(array, np.float32).copy()).to(TORCH_DTYPES[dtype])
+    return torch.from_numpy(np.asarray(array, np.float64).copy()).to(TORCH_DTYPES[dtype])
+
+
+def _iota(inst: Instruction) -> torch.Tensor:
+    dims, axis = inst.shape.dims, inst.attrs["iota_dimension"]
+    view = [1] * len(dims)
+    view[axis] = dims[axis]
+    return torch.arange(dims[axis], dtype=torch.float64).reshape(view).expand(*dims)
+
+
+def _direction(inst: Instruction) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    fn = _COMPARE.get(str(inst.attrs.get("direction")))
+    if fn is None:
+        raise NotModeled(f"{inst.where()}: direction")
+    return fn
+
+
+def _pad(x: torch.Tensor, text: object, value: torch.Tensor) -> torch.Tensor:
+    """HLO pad: interior holes, then low/high edges (negative ones crop)."""
+    from compiler.hlo.shape_inference import parse_padding
+
+    config = parse_padding(text, x.dim())
+    dilated = [n + max(n - 1, 0) * i for n, (_, _, i) in zip(x.shape, config)]
+    full = [max(lo, 0) + d + max(hi, 0) for d, (lo, hi, _) in zip(dilated, config)]
+    out = value.expand(*full).clone() if full else value.clone()
+    out[tuple(slice(max(lo, 0), max(lo, 0) + d, i + 1) for d, (lo, _, i) in zip(dilated, config))] = x
+    return out[tuple(slice(max(-lo, 0), f - max(-hi, 0)) for f, (lo, hi, _) in zip(full, config))]
 
 
 def _custom_target(inst: Instruction) -> str:
@@ -73,7 +100,7 @@ def _broadcast(x: torch.Tensor, dims: Sequence[int], mapping: Sequence[int]) -> 
     view = [1] * len(dims)
     for i in order:
         view[mapping[i]] = x.shape[i]
-    return x.permute(order).reshape(view).expand(*dims)
+    return x.permute(order).reshape(view).expand(*dims) if dims else x.reshape(())
 
 
 def _slice(x: torch.Tensor, spec: object) -> torch.Tensor:
@@ -163,6 +190,17 @@ def _torch_step(inst: Instruction, args: list) -> torch.Tensor:
             return torch.sum(x, dim=axes) + init
         reduced = getattr(torch, _REDUCERS[kind])(x, dim=axes)
         return torch.maximum(reduced, init) if kind == "maximum" else torch.minimum(reduced, init)
+    if op == "iota":
+        return _iota(inst).to(TORCH_DTYPES[dtype])
+    if op == "compare":
+        return _direction(inst)(args[0], args[1])
+    if op == "select":
+        return torch.where(args[0], args[1], args[2])
+    if op == "clamp":
+        low, x, high = args
+        return torch.minimum(torch.maximum(x, low), high)
+    if op == "pad":
+        return _pad(args[0], inst.attrs.get("padding"), args[1])
     raise NotModeled(f"{inst.where()}: opcode {op}")
 
 
@@ -244,6 +282,8 @@ def _bounded_step(inst: Instruction, args: list) -> Bounded:
         return Bounded(v, torch.zeros_like(v))
     if args and (moved := _layout(inst, args[0].value, [a.value for a in args])) is not None:
         return Bounded(moved, _layout(inst, args[0].err, [a.err for a in args]))
+    if op in ("iota", "compare", "select", "clamp", "pad"):
+        return _bounded_selection(inst, args)
     rel = u
     if op in ("convert", "negate"):
         v, e = (-args[0].value if op == "negate" else args[0].value), args[0].err
@@ -273,6 +313,31 @@ def _bounded_step(inst: Instruction, args: list) -> Bounded:
     else:
         raise NotModeled(f"{inst.where()}: opcode {op}")
     return Bounded(v, e + rel * v.abs())
+
+
+def _bounded_selection(inst: Instruction, args: list[Bounded]) -> Bounded:
+    """Ops that pick values. A compare's err is 1 where its operands are too close to call: a select
+    there may return either operand."""
+    op = inst.opcode
+    if op == "iota":
+        v = _iota(inst)
+        return Bounded(v, torch.zeros_like(v))
+    if op == "compare":
+        (x, y) = args
+        close = ((x.value - y.value).abs() < x.err + y.err).to(torch.float64)
+        return Bounded(_direction(inst)(x.value, y.value).to(torch.float64), close)
+    if op == "select":
+        p, a, b = args
+        pick = p.value > 0.5
+        e = torch.where(pick, a.err, b.err) + p.err * ((a.value - b.value).abs() + torch.maximum(a.err, b.err))
+        return Bounded(torch.where(pick, a.value, b.value), e)
+    if op == "clamp":
+        low, x, high = args
+        v = torch.minimum(torch.maximum(x.value, low.value), high.value)
+        return Bounded(v, torch.maximum(torch.maximum(x.err, low.err), high.err))
+    x, value = args  # pad
+    text = inst.attrs.get("padding")
+    return Bounded(_pad(x.value, text, value.value), _pad(x.err, text, value.err))
 
 
 def exact_outputs(module: Module, inputs: Sequence[np.ndarray]) -> list[Bounded]:
