@@ -182,6 +182,15 @@ def _vector_norm(x: Any, ord: Any = 2, dim: Any = None, keepdim: bool = False, *
     return (x, ord, dim, keepdim), {"dtype": dtype}
 
 
+def _conv_transpose(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                    output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> tuple[tuple, dict]:
+    """F.conv_transpose1d / 2d -> convolution(transposed=True)."""
+    n = x.meta["val"].dim() - 2
+    per_dim = lambda v: [int(v)] * n if isinstance(v, int) else [int(i) for i in v]  # noqa: E731
+    return (x, weight, bias, per_dim(stride), per_dim(padding), per_dim(dilation), True, per_dim(output_padding),
+            groups), {}
+
+
 def _reduce_dim(x: Any, dim: Any = None, keepdim: bool = False, *, dtype: Any = None) -> tuple[tuple, dict]:
     """x.prod(dim) / x.any(dim) / torch.max(x, dim): the dim overloads; without a dim, the whole tensor."""
     if dim is None:
@@ -292,6 +301,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     F.linear: ("aten.linear.default", _same),
     F.conv1d: ("aten.convolution.default", _conv),
     F.conv2d: ("aten.convolution.default", _conv),
+    F.conv_transpose1d: ("aten.convolution.default", _conv_transpose),
+    F.conv_transpose2d: ("aten.convolution.default", _conv_transpose),
     F.max_pool1d: ("aten.max_pool1d.default", _max_pool),
     F.max_pool2d: ("aten.max_pool2d.default", _max_pool),
     F.softmax: ("aten.softmax.int", _softmax),

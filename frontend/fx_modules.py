@@ -68,6 +68,14 @@ def _conv(m: nn.Conv1d | nn.Conv2d, p: Param, x: Any) -> tuple[tuple, dict]:
             [0] * len(m.kernel_size), m.groups), {}
 
 
+def _conv_transpose(m: nn.ConvTranspose1d | nn.ConvTranspose2d, p: Param, x: Any,
+                    output_size: Any = None) -> tuple[tuple, dict]:
+    if output_size is not None:
+        raise LoweringError(f"{type(m).__name__} with output_size is not supported")
+    return (x, p("weight"), p("bias"), list(m.stride), list(m.padding), list(m.dilation), True,
+            list(m.output_padding), m.groups), {}
+
+
 def _max_pool(m: nn.MaxPool1d | nn.MaxPool2d, p: Param, x: Any) -> tuple[tuple, dict]:
     if m.return_indices:
         raise LoweringError(f"{type(m).__name__}(return_indices=True) is not supported")
@@ -98,6 +106,8 @@ MODULES: dict[type, tuple[str, ModuleAdapter]] = {
     nn.Linear: ("aten.linear.default", _linear),
     nn.Conv1d: ("aten.convolution.default", _conv),
     nn.Conv2d: ("aten.convolution.default", _conv),
+    nn.ConvTranspose1d: ("aten.convolution.default", _conv_transpose),
+    nn.ConvTranspose2d: ("aten.convolution.default", _conv_transpose),
     nn.LayerNorm: ("aten.layer_norm.default", _layer_norm),
     nn.RMSNorm: ("aten.rms_norm.default", _rms_norm),
     nn.GroupNorm: ("aten.group_norm.default", _group_norm),

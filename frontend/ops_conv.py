@@ -2,7 +2,8 @@
 
 ``aten.convolution`` (conv1d/conv2d with stride, padding, dilation and groups, depthwise included)
 is one ``convolution`` with ``dim_labels=bf01_oi01->bf01`` (``bf0_oi0->bf0`` in 1-D) and
-``feature_group_count=groups``; the bias is added by a broadcast along the channel dim.
+``feature_group_count=groups``; the bias is added by a broadcast along the channel dim. A transposed
+convolution is a convolution of the stride-dilated input with the reversed kernel (``_transposed``).
 
 Pooling is a ``reduce-window`` (max: identity -inf, avg: a sum divided by the number of elements
 torch counts for each window, a constant computed from the shapes). ``ceil_mode`` adds high padding
@@ -19,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Instruction, Window
+from compiler.hlo.ir import Instruction, Window, WindowDim
 
 from .builder import HloBuilder
 from .ops_common import float_dtype, require
@@ -42,18 +43,41 @@ def convolution(b: HloBuilder, x: Instruction, weight: Instruction, bias: Instru
                 output_padding: Sequence[int], groups: int) -> Instruction:
     n = x.shape.rank - 2
     require(n in (1, 2), f"only 1-D and 2-D convolutions are supported, got a {n}-D one")
-    require(not transposed, "transposed convolution is not supported")
     require(weight.shape.rank == n + 2, f"weight {list(weight.shape.dims)} does not fit a {n}-D convolution")
     require(x.shape.dtype == weight.shape.dtype, f"convolution of {x.shape.dtype} and {weight.shape.dtype}")
     spatial = _SPATIAL[:n]
-    window = Window.make(weight.shape.dims[2:], stride=_ints(stride, n, "stride"),
-                         pad=[(p, p) for p in _ints(padding, n, "padding")],
-                         rhs_dilate=_ints(dilation, n, "dilation"))
-    out = b.emit_inferred("convolution", [x, weight], window=window,
-                          dim_labels=f"bf{spatial}_oi{spatial}->bf{spatial}", feature_group_count=int(groups))
+    strides, pads, dils = _ints(stride, n, "stride"), _ints(padding, n, "padding"), _ints(dilation, n, "dilation")
+    if transposed:
+        out = _transposed(b, x, weight, strides, pads, dils, _ints(output_padding, n, "output_padding"), int(groups))
+    else:
+        window = Window.make(weight.shape.dims[2:], stride=strides, pad=[(p, p) for p in pads], rhs_dilate=dils)
+        out = b.emit_inferred("convolution", [x, weight], window=window,
+                              dim_labels=f"bf{spatial}_oi{spatial}->bf{spatial}", feature_group_count=int(groups))
     if bias is not None:
         out = b.binary("add", out, b.broadcast(b.convert(bias, out.shape.dtype), out.shape.dims, (1,)))
     return out
+
+
+def _transposed(b: HloBuilder, x: Instruction, weight: Instruction, strides: list[int], pads: list[int],
+                dils: list[int], output_padding: list[int], groups: int) -> Instruction:
+    """ConvTranspose as a convolution of the input dilated by the stride (``lhs_dilate``) with the
+    spatially reversed kernel, padded by ``dilation * (k - 1) - padding`` (plus output_padding at the
+    end). The weight is (in, out / groups, k...): per group its in and out roles swap."""
+    n = len(strides)
+    spatial = _SPATIAL[:n]
+    c_in, c_out_g, *ks = weight.shape.dims
+    require(c_in % groups == 0, f"{c_in} input channels do not split into {groups} groups")
+    for p, k, d, op, s in zip(pads, ks, dils, output_padding, strides):
+        require(op < max(s, d), f"output_padding {op} must be smaller than the stride or the dilation")
+        require(d * (k - 1) - p >= 0, f"padding {p} is larger than the dilated kernel ({d * (k - 1) + 1})")
+    if groups > 1:  # (g, in/g, out/g, k...) -> (in/g, g * out/g, k...): output features grouped
+        w = b.reshape(weight, [groups, c_in // groups, c_out_g, *ks])
+        w = b.transpose(w, [1, 0, 2, *range(3, 3 + n)])
+        weight = b.reshape(w, [c_in // groups, groups * c_out_g, *ks])
+    dims = tuple(WindowDim(k, 1, d * (k - 1) - p, d * (k - 1) - p + op, s, d, True)
+                 for k, s, p, d, op in zip(ks, strides, pads, dils, output_padding))
+    return b.emit_inferred("convolution", [x, weight], window=Window(dims),
+                           dim_labels=f"bf{spatial}_io{spatial}->bf{spatial}", feature_group_count=groups)
 
 
 # ---- pooling ------------------------------------------------------------------------------------

@@ -43,8 +43,9 @@ def _nearest(n: int):
         outs, factors = _sizes(x, n, output_size, scale_factors)
         for i, (size_out, factor) in enumerate(zip(outs, factors)):
             size_in = x.shape.dims[2 + i]
-            scale = _scale(size_in, size_out, factor, False)
-            src = np.minimum(np.floor(np.arange(size_out, dtype=np.float32) * np.float32(scale)), size_in - 1)
+            # torch's float arithmetic: scale = float(1 / factor) or float(in) / float(out)
+            scale = np.float32(1.0 / factor) if factor else np.float32(size_in) / np.float32(size_out)
+            src = np.minimum(np.floor(np.arange(size_out, dtype=np.float32) * scale), size_in - 1)
             x = take(b, x, 2 + i, b.constant(src.astype(np.int64)))
         return x
 

@@ -71,6 +71,17 @@ class ConvNet(nn.Module):
         return y, z, F.conv2d(x, self.c1.weight, None, 1, "valid"), F.conv1d(z, self.c1d.weight[:, :4], groups=1)
 
 
+class Transposed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.up = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1)
+        self.grouped = nn.ConvTranspose2d(4, 6, (3, 2), stride=(1, 2), groups=2, dilation=(2, 1), bias=False)
+        self.up1d = nn.ConvTranspose1d(4, 2, 4, stride=3, padding=2)
+
+    def forward(self, x):
+        return self.up(x), self.grouped(x), self.up1d(x.flatten(2)), F.conv_transpose2d(x, self.up.weight, stride=2)
+
+
 class Pools(nn.Module):
     def forward(self, x):
         a = F.max_pool2d(x, 3, 2, 1) + F.avg_pool2d(x, 3, 2, 1)
@@ -216,6 +227,7 @@ CASES: list[Case] = [
          lambda: (r(2, 4, 6),), captures=("core",)),
     Case("convolutions", ("convolution.default", "batch_norm.default", "group_norm.default"),
          ConvNet, lambda: (r(2, 3, 9, 9),)),
+    Case("transposed convolutions", ("convolution.default",), Transposed, lambda: (r(2, 4, 5, 6),)),
     Case("pooling", ("max_pool2d.default", "avg_pool2d.default", "adaptive_avg_pool2d.default", "max_pool1d.default",
                      "avg_pool1d.default", "adaptive_avg_pool1d.default"),
          Pools, lambda: (r(2, 3, 7, 6),)),
