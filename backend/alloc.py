@@ -1,16 +1,22 @@
-"""SBUF and PSUM allocation: per-kernel pools of rotating buffers, placed in a ring, plus a memory plan.
+"""SBUF and PSUM allocation with liveness: per-kernel pools of rotating buffers, resident tensor images,
+persistent buffers, and the memory plan.
 
-A kernel declares all its pools up front (`Allocator.begin_kernel`); they live until `end_kernel`.
-Kernels are placed one after another in a ring over the SBUF (and over the PSUM banks) so that the
-next kernel's prologue (weight loads) does not have to wait for the previous kernel's buffers to drain.
-Buffers that live for the whole program (the identity matrix of PE transposes) are taken from the top
-of SBUF. Reuse of an address is made safe by the scheduler's dependency analysis, not by the allocator.
+- A kernel declares all its pools up front (`Allocator.begin_kernel`); they live until `end_kernel`.
+  They are placed as one block in the SBUF space that the images of resident tensors (residency.py)
+  leave free while the kernel runs, next-fit from where the previous kernel's block ended: the next
+  kernel's prologue (weight loads) does not wait for the previous kernel's buffers to drain, and
+  addresses freed earliest are reused first. PSUM banks are handed out the same way.
+- Images of resident tensors were placed before lowering (residency.plan_residency) over their
+  lifetimes in kernels; they occupy [offset, offset + nbytes) from their producer to their last consumer.
+- Buffers that live for the whole program (identity matrices, ones) are taken from the top of SBUF.
+Reuse of an address is made safe by the scheduler's dependency analysis, not by the allocator.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from backend.residency import Image, ResidencyMismatch
 from compiler.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
@@ -25,12 +31,14 @@ def _align(n: int) -> int:
 
 @dataclass(frozen=True)
 class PoolSpec:
-    """A request: `bufs` rotating buffers of `nbytes` per partition in `memory` (psum: whole banks)."""
+    """A request: `bufs` rotating buffers of `nbytes` per partition in `memory` (psum: whole banks).
+    `source`: the scratch tensor this pool stages; kept on chip, the tensor's image replaces the pool."""
 
     name: str
     memory: str
     nbytes: int
     bufs: int
+    source: str | None = None
 
 
 @dataclass
@@ -77,22 +85,40 @@ class Pool:
         return self.buf_bytes * self.bufs
 
 
-class Allocator:
-    """Places pools in SBUF and PSUM and records every placement for the memory plan."""
+@dataclass
+class KernelRecord:
+    name: str
+    where: str
+    sbuf: tuple[int, int]  # block of its pools
+    banks: int
+    first_op: int
+    last_op: int = -1
 
-    def __init__(self, target: Target, op_clock):
+
+class Allocator:
+    """Places pools in SBUF and PSUM around resident images and records everything for the memory plan."""
+
+    def __init__(self, target: Target, op_clock, images: list[Image] | None = None):
         self.sbuf_bytes = target.sbuf_partition_bytes
         self.bank_bytes = target.psum_bank_bytes
         self.banks = target.psum_partition_bytes // target.psum_bank_bytes
         self._clock = op_clock  # callable: index of the next instruction
+        self.images = list(images or [])
         self.persistent_top = self.sbuf_bytes  # persistent buffers live in [persistent_top, sbuf_bytes)
-        self._sbuf_ring = 0
-        self._psum_ring = 0
+        self._sbuf_next = 0
+        self._psum_next = 0
         self.pools: list[Pool] = []
+        self.kernels: list[KernelRecord] = []
+        self.staged: list[dict[str, int]] = []  # per kernel: bytes of pools staging each scratch tensor
         self._open: list[Pool] = []
         self._kernel: str | None = None
 
     # -- kernels --------------------------------------------------------------------------------------------
+    @property
+    def kernel_index(self) -> int:
+        """Index of the open (or last) kernel."""
+        return len(self.kernels) - 1
+
     def sbuf_capacity(self) -> int:
         """Bytes per partition a kernel may use."""
         return self.persistent_top
@@ -115,9 +141,16 @@ class Allocator:
                                    f"but only {self.sbuf_capacity()} are available")
         if banks > self.banks:
             raise CompilationError(f"{where}: the kernel needs {banks} PSUM banks, the target has {self.banks}")
-        base = self._sbuf_ring if self._sbuf_ring + need <= self.sbuf_capacity() else 0
-        bank = self._psum_ring if self._psum_ring + banks <= self.banks else 0
+        index = len(self.kernels)
+        staged: dict[str, int] = {}
+        for spec in specs:
+            if spec.source is not None and spec.memory == "sbuf":
+                staged[spec.source] = staged.get(spec.source, 0) + _align(spec.nbytes) * spec.bufs
+        self.staged.append(staged)
+        base = self._place(need, index, where)
+        bank = self._psum_next if self._psum_next + banks <= self.banks else 0
         self._kernel = kernel
+        self.kernels.append(KernelRecord(kernel, where, (base, base + need), banks, self._clock()))
         pools: dict[str, Pool] = {}
         for spec in specs:
             if spec.memory == "sbuf":
@@ -134,13 +167,38 @@ class Allocator:
             pools[spec.name] = pool
             self.pools.append(pool)
             self._open.append(pool)
-        self._sbuf_ring, self._psum_ring = base, bank
+        self._psum_next = bank
         return pools
+
+    def _place(self, need: int, index: int, where: str) -> int:
+        """Next fit of `need` bytes in the space live images leave in [0, persistent_top)."""
+        used = sorted((i.offset, i.offset + i.nbytes) for i in self.images if i.live(index))
+        gaps, pos = [], 0
+        for lo, hi in used:
+            if lo > pos:
+                gaps.append((pos, lo))
+            pos = max(pos, hi)
+        gaps.append((pos, self.persistent_top))
+        fitting = [(lo, hi) for lo, hi in gaps if hi - lo >= need]
+        live = [i for i in self.images if i.live(index)]
+        if not fitting and live:  # the residency plan assumed less: keep the largest of them in HBM
+            raise ResidencyMismatch(max(live, key=lambda i: i.nbytes).tensor)
+        if not fitting:
+            raise CompilationError(f"{where}: no contiguous {need} bytes of SBUF per partition left beside the "
+                                   f"tensors kept on chip (largest gap {max(h - lo for lo, h in gaps)})")
+        for lo, hi in fitting:  # from where the previous kernel ended, else from the bottom
+            start = max(lo, _align(self._sbuf_next))
+            if start + need <= hi:
+                self._sbuf_next = start + need
+                return start
+        self._sbuf_next = fitting[0][0] + need
+        return fitting[0][0]
 
     def end_kernel(self) -> None:
         end = self._clock() - 1
         for pool in self._open:
             pool.last_op = end
+        self.kernels[-1].last_op = end
         self._open = []
         self._kernel = None
 
@@ -150,8 +208,8 @@ class Allocator:
         if self.persistent_top - size < ALIGN:
             raise CompilationError(f"no SBUF left for the persistent buffer {name}")
         self.persistent_top -= size
-        if self._sbuf_ring > self.persistent_top:
-            self._sbuf_ring = 0
+        if self._sbuf_next > self.persistent_top:
+            self._sbuf_next = 0
         pool = Pool(name, "sbuf", self.persistent_top, size, 1, "program", self._clock())
         pool.tiles = [Tile("sbuf", self.persistent_top, size, pool)]
         self.pools.append(pool)
@@ -163,29 +221,54 @@ class Allocator:
             if pool.last_op < 0:
                 pool.last_op = n_ops - 1
 
-    def peak_sbuf_bytes(self) -> int:
-        """Largest sum, over any instruction, of the SBUF bytes per partition of live pools."""
-        events: list[tuple[int, int]] = []
-        for pool in self.pools:
-            if pool.memory == "sbuf":
-                events.append((pool.first_op, pool.nbytes))
-                events.append((pool.last_op + 1, -pool.nbytes))
-        events.sort(key=lambda e: (e[0], e[1]))
-        peak = cur = 0
-        for _, delta in events:
-            cur += delta
-            peak = max(peak, cur)
-        return peak
+    def image_ops(self, image: Image) -> tuple[int, int]:
+        """Instruction range (emission order) over which an image is live."""
+        return self.kernels[image.first].first_op, self.kernels[image.last].last_op
 
-    def memory_plan(self) -> str:
-        lines = ["# memory plan: every on-chip pool (bytes per partition; buffer i of a pool is at",
-                 "# offset + i * size; live range in instruction indices of the emitted program order)",
-                 f"# SBUF {self.sbuf_bytes} B/partition, PSUM {self.banks} banks x {self.bank_bytes} B",
-                 f"{'kernel':<28} {'pool':<14} {'mem':<5} {'offset':>7} {'size':>7} {'bufs':>4} "
-                 f"{'total':>7}  live"]
+    def peak_sbuf_bytes(self) -> int:
+        """Largest sum, over any instruction, of the SBUF bytes per partition of live pools and images."""
+        spans = [(p.first_op, p.last_op, p.nbytes) for p in self.pools if p.memory == "sbuf"]
+        spans += [(*self.image_ops(i), i.nbytes) for i in self.images]
+        return _peak(spans)
+
+    def peak_psum_banks(self) -> int:
+        return _peak([(p.first_op, p.last_op, p.bufs) for p in self.pools if p.memory == "psum"])
+
+    def memory_plan(self, tensors: list[str] | None = None, layout: list[str] | None = None) -> str:
+        """The memory plan: `tensors` (lines describing every tensor between kernels) and `layout`
+        (layout decisions) come from the builder."""
+        lines = ["# memory plan (bytes per partition; buffer i of a pool is at offset + i * size; live ranges are",
+                 "# instruction indices in emission order; kN: the N-th kernel of the kernel table)",
+                 f"# SBUF {self.sbuf_bytes} B/partition x 128 partitions, PSUM {self.banks} banks x "
+                 f"{self.bank_bytes} B"]
+        if tensors:
+            lines += ["", "== tensors between kernels (sbuf: kept on chip as an image of row-blocks; "
+                      "hbm: spilled)"] + tensors
+        lines += ["", "== on-chip buffers",
+                  f"{'owner':<30} {'buffer':<16} {'mem':<5} {'offset':>7} {'size':>7} {'bufs':>4} {'total':>7}  live"]
+        for i in self.images:
+            first, last = self.image_ops(i)
+            lines.append(f"{'tensor ' + i.tensor:<30} {'image':<16} {'sbuf':<5} {i.offset:>7} {i.nbytes:>7} "
+                         f"{1:>4} {i.nbytes:>7}  [{first}, {last}] k{i.first}..k{i.last}")
         for p in self.pools:
-            lines.append(f"{p.kernel:<28} {p.name:<14} {p.memory:<5} {p.offset:>7} {p.buf_bytes:>7} "
+            lines.append(f"{p.kernel:<30} {p.name:<16} {p.memory:<5} {p.offset:>7} {p.buf_bytes:>7} "
                          f"{p.bufs:>4} {p.nbytes:>7}  [{p.first_op}, {p.last_op}]")
-        lines.append(f"peak SBUF: {self.peak_sbuf_bytes()} bytes per partition "
-                     f"({self.peak_sbuf_bytes() * 128} bytes over 128 partitions)")
+        if layout:
+            lines += ["", "== layout (which axis is on the partitions; transposes inserted)"] + layout
+        peak = self.peak_sbuf_bytes()
+        lines += ["", f"peak SBUF: {peak} bytes per partition ({peak * 128} bytes over 128 partitions)",
+                  f"peak PSUM: {self.peak_psum_banks()} of {self.banks} banks"]
         return "\n".join(lines) + "\n"
+
+
+def _peak(spans: list[tuple[int, int, int]]) -> int:
+    events: list[tuple[int, int]] = []
+    for first, last, size in spans:
+        events.append((first, size))
+        events.append((last + 1, -size))
+    events.sort(key=lambda e: (e[0], e[1]))
+    peak = cur = 0
+    for _, delta in events:
+        cur += delta
+        peak = max(peak, cur)
+    return peak

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from backend.emit import ProgramBuilder
 from backend.lower import Lowering
 from backend.options import BackendOptions
+from backend.report import memory_plan
+from backend.residency import Image, ResidencyMismatch, Survey, plan_residency
 from backend.schedule import schedule
 from compiler.hlo.ir import Module
 from isa.program import Program
@@ -23,15 +27,36 @@ class BackendResult:
 def compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None) -> BackendResult:
     """Lower `module` (after the middle-end) to a program for `target`.
 
+    Two lowering passes: the first writes every tensor between kernels to HBM and records how kernels
+    access them (residency.Survey); the second keeps the ones the residency plan chose in SBUF.
+
     Raises compiler.errors.CompilationError naming the HLO instruction for anything the backend cannot
     lower or fit.
     """
     if isinstance(target, str):
         target = load_target(target)
     options = options or BackendOptions()
-    builder = ProgramBuilder(target, options)
-    Lowering(module, builder).run()
+    if options.keep_on_chip:
+        survey = Survey()
+        first = _lower(module, target, options, survey=survey)
+        survey.needs = [hi - lo for lo, hi in (k.sbuf for k in first.alloc.kernels)]
+        survey.staged = first.alloc.staged
+        survey.persistent_bytes = first.alloc.sbuf_bytes - first.alloc.persistent_top
+        tensors = {n: (t.dtype, int(np.prod(t.shape, dtype=np.int64))) for n, t in first.program.tensors.items()
+                   if t.kind == "scratch"}
+        excluded: frozenset[str] = frozenset()
+        while True:
+            images = plan_residency(survey, tensors, target.sbuf_partition_bytes, target.partitions, excluded)
+            try:
+                builder = _lower(module, target, options, images=images)
+                break
+            except ResidencyMismatch as mismatch:
+                excluded |= {mismatch.tensor}
+    else:
+        builder = _lower(module, target, options)
     program = builder.program
+    for name in [n for n, t in program.tensors.items() if t.kind == "scratch" and n in builder.images]:
+        del program.tensors[name]  # kept on chip: no HBM allocation
     ops = builder.ops
     builder.alloc.finish(len(ops))
     untracked = {n for n, t in program.tensors.items() if t.kind in ("input", "const")}
@@ -40,4 +65,11 @@ def compile_module(module: Module, target: Target | str, *, options: BackendOpti
     program.instructions = [ops[i] for i in result.order]
     program.meta["useful_macs"] = builder.useful_macs
     program.meta["peak_sbuf_bytes"] = builder.alloc.peak_sbuf_bytes() * target.partitions
-    return BackendResult(program, builder.alloc.memory_plan(), result.text)
+    return BackendResult(program, memory_plan(builder), result.text)
+
+
+def _lower(module: Module, target: Target, options: BackendOptions, images: list[Image] | None = None,
+           survey: Survey | None = None) -> ProgramBuilder:
+    builder = ProgramBuilder(target, options, images=images, survey=survey)
+    Lowering(module, builder).run()
+    return builder

@@ -14,6 +14,7 @@ from backend.alloc import Allocator, Tile
 from backend.costs import CostModel
 from backend.layout import Buffer, View, itemsize
 from backend.options import BackendOptions
+from backend.residency import Image, ResidencyMismatch, Survey
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern, Instruction, Program
 from isa.target import Target
@@ -22,12 +23,21 @@ PARTITION_GROUPS = (128, 64, 32)  # partition counts a DMA chunk may have (start
 
 
 class ProgramBuilder:
-    def __init__(self, target: Target, options: BackendOptions):
+    """`images`: scratch tensors kept in SBUF (their DMAs are redirected); `survey`: records every DMA
+    touching a scratch tensor (the first of the backend's two lowering passes)."""
+
+    def __init__(self, target: Target, options: BackendOptions, images: list[Image] | None = None,
+                 survey: Survey | None = None):
         self.target = target
         self.options = options
         self.program = Program(target=target.name)
         self.ops: list[Instruction] = []
-        self.alloc = Allocator(target, lambda: len(self.ops))
+        self.alloc = Allocator(target, lambda: len(self.ops), images)
+        self.images = {i.tensor: i for i in images or []}
+        self.survey = survey
+        self.scratch_labels: dict[str, str] = {}  # scratch tensor -> the HLO value it holds
+        self.hbm_traffic: dict[int, list[int]] = {}  # kernel index -> [bytes read, bytes written]
+        self.layout_notes: list[str] = []
         self.costs = CostModel(target)
         self.engine_load: dict[str, float] = {e: 0.0 for e in ("pe", "act", "dve", "pool", "sp")}
         self._n_const = 0
@@ -47,12 +57,15 @@ class ProgramBuilder:
         self.program.add_tensor(name, "output", dtype, shape)
         return View.of(Buffer(dtype, int(np.prod(shape, dtype=np.int64)), name), tuple(shape))
 
-    def scratch(self, dtype: str, dims: tuple[int, ...], order: tuple[int, ...] | None = None) -> View:
-        """A fresh HBM scratch tensor holding `dims`, stored with axes in `order` (major to minor)."""
+    def scratch(self, dtype: str, dims: tuple[int, ...], order: tuple[int, ...] | None = None,
+                label: str = "") -> View:
+        """A fresh scratch tensor holding `dims` (the HLO value `label`), stored with axes in `order`
+        (major to minor): in HBM, or in SBUF when the residency plan keeps it there."""
         order = tuple(range(len(dims))) if order is None else order
         physical = tuple(dims[a] for a in order)
         name = f"s{self._n_scratch}"
         self._n_scratch += 1
+        self.scratch_labels[name] = label
         self.program.add_tensor(name, "scratch", dtype, physical)
         return View.of(Buffer(dtype, int(np.prod(physical, dtype=np.int64)), name), tuple(dims), order)
 
@@ -82,10 +95,59 @@ class ProgramBuilder:
              **operands: AccessPattern | None) -> Instruction:
         inst = Instruction(engine, opcode, {k: v for k, v in operands.items() if v is not None},
                            dict(attrs or {}), comment=comment)
+        if opcode == "dma":
+            self._route(inst)
         self.ops.append(inst)
         if engine != "sp":
             self.engine_load[engine] += self.costs.duration(inst)
         return inst
+
+    def _route(self, inst: Instruction) -> None:
+        """Survey a DMA, or redirect its scratch side to the tensor's SBUF image; count HBM bytes."""
+        kernel = self.alloc.kernel_index
+        if self.survey is not None:
+            scratch = {n for n, t in self.program.tensors.items() if t.kind == "scratch"}
+            self.survey.record(kernel, inst, scratch)
+        for side in ("dst", "src"):
+            ap = inst.operands[side]
+            image = self.images.get(ap.tensor) if ap.memory == "hbm" else None
+            if image is not None:
+                moved = image.translate(ap)
+                if moved is None:
+                    raise ResidencyMismatch(image.tensor)
+                inst.operands[side] = moved
+        traffic = self.hbm_traffic.setdefault(kernel, [0, 0])
+        for side, i in (("src", 0), ("dst", 1)):
+            if inst.operands[side].memory == "hbm":
+                traffic[i] += inst.operands[side].nbytes
+
+    def on_chip(self, view: View) -> str | None:
+        """The scratch tensor behind `view` if it is kept on chip (pools staging it are then empty)."""
+        name = view.buffer.name
+        return name if name in self.images else None
+
+    def staged_from(self, view: View) -> str | None:
+        """The scratch tensor behind `view`, for PoolSpec.source (None for inputs and constants)."""
+        name = view.buffer.name
+        return name if name is not None and name.startswith("s") and name in self.scratch_labels else None
+
+    def must_be_resident(self, ap: AccessPattern) -> AccessPattern:
+        """The on-chip access for `ap`, whose tensor is kept on chip and whose staging pool is empty."""
+        moved = self.resident(ap)
+        if moved is None:
+            raise ResidencyMismatch(str(ap.tensor))
+        return moved
+
+    def resident(self, ap: AccessPattern, compute: bool = True) -> AccessPattern | None:
+        """The SBUF image access equal to the HBM access `ap` when its tensor is kept on chip (None
+        otherwise); with `compute`, only if a compute engine may use it (start-partition rule)."""
+        image = self.images.get(ap.tensor) if ap.memory == "hbm" else None
+        moved = image.translate(ap) if image is not None else None
+        if moved is None:
+            return None
+        if compute and not _start_partition_ok(moved.start_partition, moved.partitions):
+            return None
+        return moved
 
     def pick_engine(self, engines: tuple[str, ...]) -> str:
         """The least loaded (by estimated busy time so far) of `engines`."""
@@ -232,3 +294,12 @@ def _sub_partitions(ap: AccessPattern, p0: int, pn: int) -> AccessPattern:
 def _sub_outer(ap: AccessPattern, i0: int, n: int) -> AccessPattern:
     stride, _ = ap.pattern[0]
     return replace(ap, offset=ap.offset + i0 * stride * ap.itemsize, pattern=((stride, n), *ap.pattern[1:]))
+
+
+def _start_partition_ok(start: int, count: int) -> bool:
+    """machine-model.md: 65-128 partitions start at 0; 33-64 at 0 or 64; 1-32 at 0, 32, 64 or 96."""
+    if count > 64:
+        return start == 0
+    if count > 32:
+        return start in (0, 64)
+    return start % 32 == 0

@@ -105,15 +105,28 @@ class Lowering:
         dest = self.dest.get(inst.uid)
         if dest is not None:
             return dest
-        return self.b.scratch(isa_dtype_of(inst), inst.shape.dims, self._storage_order(inst))
+        return self.b.scratch(isa_dtype_of(inst), inst.shape.dims, self._storage_order(inst), label=inst.name)
 
     def _storage_order(self, inst: Instruction) -> tuple[int, ...]:
-        """Row-major, except that a value a dot contracts over its minor axis is stored K-major: the
-        consumer's batch dims, then the contracted axis, then the rest (so the dot reads contiguous rows
-        of K and the producer's free dims stay mergeable)."""
+        """The order (major to minor) a kernel stores its value in, chosen for the consumers:
+        - a value whose only user is a transpose is stored transposed (the transpose, and a reshape
+          after it, are then free views: e.g. attention heads back to [tokens, features]);
+        - a value a dot contracts over its minor axis is stored K-major (the consumer's batch dims, the
+          contracted axis, the rest) so the dot reads contiguous rows of K, unless the producer reduces
+          along rows (a row kernel writes whole rows; the dot then transposes on PE);
+        - else row-major."""
         rank = inst.shape.rank
         order = tuple(range(rank))
         if rank < 2:
+            return order
+        users = self.users.get(inst, [])
+        if (len(users) == 1 and users[0].opcode == "transpose" and inst is not self.entry.root
+                and not _has_dot(inst)):  # a dot's output groups must stay mergeable
+            perm = tuple(users[0].attrs["dimensions"])
+            self.b.layout_notes.append(f"%{inst.name}: stored in the order {list(perm)} of its transpose "
+                                       f"%{users[0].name}")
+            return perm
+        if _reduces_rows(inst):
             return order
         frontier = [inst]
         while frontier:  # look through converts: auto-cast puts one between layers
@@ -125,6 +138,8 @@ class Lowering:
                 use = _dims_of_use(user, value)
                 if use is not None and use[1] == (rank - 1,):
                     batch = use[0]
+                    self.b.layout_notes.append(f"%{inst.name}: stored K-major (contracted axis {rank - 1} on "
+                                               f"partitions for %{user.name})")
                     return batch + (rank - 1,) + tuple(d for d in range(rank - 1) if d not in batch)
         return order
 
@@ -145,7 +160,7 @@ class Lowering:
         """`view` copied into a dense row-major scratch tensor (constants: rearranged at compile time)."""
         if view.is_const:
             return self.b.const_view(view.const_array(), view.dtype)
-        dense = self.b.scratch(view.dtype, view.dims)
+        dense = self.b.scratch(view.dtype, view.dims, label=f"{inst.name} operand copy")
         copy_kernel(self.b, view, dense, self.name(inst) + ".copy", inst.where())
         return dense
 
@@ -154,7 +169,7 @@ class Lowering:
         if value is not None:
             return value
         x = view_of(ops[0], inst.operands[0])
-        dense = self.b.scratch(x.dtype, x.dims)
+        dense = self.b.scratch(x.dtype, x.dims, label=inst.name)
         copy_kernel(self.b, x, dense, self.name(inst), inst.where())
         result = dense.reshape(inst.shape.dims)
         assert result is not None
@@ -332,6 +347,23 @@ FUSION_ANCHORS: dict[str, FusionHandler] = {
     "reduce-window": anchored_fusion("reduce-window", plan_pool, pool_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
+
+
+def _has_dot(inst: Instruction) -> bool:
+    """A dot, or a fusion around one dot (an attention fusion writes any layout)."""
+    if inst.opcode == "dot":
+        return True
+    comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+    return (isinstance(comp, Computation) and inst.attrs.get("kind") != "kCustom"
+            and any(sub.opcode == "dot" for sub in comp.instructions))
+
+
+def _reduces_rows(inst: Instruction) -> bool:
+    """A reduce, or a fusion with one: its kernel writes whole rows."""
+    if inst.opcode == "reduce":
+        return True
+    comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+    return isinstance(comp, Computation) and any(sub.opcode == "reduce" for sub in comp.instructions)
 
 
 def _dims_of_use(user: Instruction, value: Instruction) -> tuple[tuple[int, ...], tuple[int, ...]] | None:

@@ -30,6 +30,9 @@ class BackendOptions:
     elementwise_free: int = 2048  # max free elements per partition of one elementwise tile
     elementwise_budget_bytes: int = 96 * 1024  # per partition for one elementwise kernel's tiles
 
+    # -- memory ---------------------------------------------------------------------------------------
+    keep_on_chip: bool = True  # keep tensors between kernels in SBUF when they fit (else all go via HBM)
+
     # -- DMA --------------------------------------------------------------------------------------------
     dma_split_bytes: int = 64 * 1024  # split transfers larger than this across queues
     dma_queues: int = 16

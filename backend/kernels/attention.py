@@ -137,7 +137,8 @@ class _Attention:
         self.nkh = -(-self.dh // parts)
         self.nkv = -(-self.Tk // parts)
         self.p_axis, self.f_axis = self.nb, self.nb + 1
-        self.loader = LeafLoader(builder, plan.score, self.p_axis, (self.f_axis,), plan.name)
+        self.loader = LeafLoader(builder, plan.score, self.p_axis, (self.f_axis,), plan.name,
+                                 loop_axes=tuple(range(self.nb)))
         self.temps = Temporaries("temps", self.W)
         leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
         acc = AccessPattern("psum", "f32", 0, ((1, self.W),), partitions=self.qmax)
@@ -157,17 +158,19 @@ class _Attention:
         c1, c2 = itemsize(self.plan.compute1), itemsize(self.plan.compute2)
         q0, k0, v0 = self._operands((0,) * self.nb)
         specs = self.temps.specs() + [
-            PoolSpec("qT", "sbuf", self.nkh * self.qmax * c1, 2),
-            PoolSpec("kT", "sbuf", self.nkh * self.Tk * c1, 2),
-            PoolSpec("vr", "sbuf", self.nkv * self.dv * c2, 2),
+            PoolSpec("qT", "sbuf", 0 if q0.in_sbuf else self.nkh * self.qmax * c1, 2, source=q0.stages),
+            PoolSpec("kT", "sbuf", 0 if k0.in_sbuf else self.nkh * self.Tk * c1, 2, source=k0.stages),
+            PoolSpec("vr", "sbuf", 0 if v0.in_sbuf else self.nkv * self.dv * c2, 2, source=v0.stages),
             PoolSpec("x", "sbuf", self.W * 4, 2),
             PoolSpec("p", "sbuf", self.W * c2, 2),
             PoolSpec("pT", "sbuf", 4 * self.qmax * c2, 4),
             PoolSpec("vec", "sbuf", 4, 16),
-            PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
+            PoolSpec("out", "sbuf", 0 if self.b.on_chip(self.plan.out) else self.dv * itemsize(self.plan.out.dtype),
+                     2, source=self.b.staged_from(self.plan.out)),
             PoolSpec("s", "psum", 0, 2), PoolSpec("o", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
         specs += q0.specs(self.qmax) + k0.specs(self.Tk) + v0.specs(self.dv)
-        return specs + self.loader.specs(self.qmax, self.W, -(-self.Tk // self.W), 16 * 1024)
+        n_tiles = -(-self.Tq // self.qmax) * -(-self.Tk // self.W)
+        return specs + self.loader.specs(self.qmax, self.W, -(-self.Tk // self.W), 32 * 1024, loop_tiles=n_tiles)
 
     def emit(self) -> None:
         b, plan = self.b, self.plan
@@ -180,13 +183,11 @@ class _Attention:
             q, k, v = self._operands(index)
             for operand in (q, k, v):
                 operand.bind(pools)
-            kT, vr = pools["kT"].next(), pools["vr"].next()
-            k.load(kT, 0, self.Tk, self.Tk)
-            v.load(vr, 0, self.dv, self.dv)
+            kT = k.load(None if k.in_sbuf else pools["kT"].next(), 0, self.Tk, self.Tk)
+            vr = v.load(None if v.in_sbuf else pools["vr"].next(), 0, self.dv, self.dv)
             for q0 in range(0, self.Tq, self.qmax):
                 qw = min(self.qmax, self.Tq - q0)
-                qT = pools["qT"].next()
-                q.load(qT, q0, qw, self.qmax)
+                qT = q.load(None if q.in_sbuf else pools["qT"].next(), q0, qw, self.qmax)
                 self.block(dict(enumerate(index)), q0, qw, qT, kT, vr)
         b.alloc.end_kernel()
 
@@ -205,10 +206,8 @@ class _Attention:
             tag = f"{label} k{k0}"
             s = self.pools["s"].next().flat("f32", qw, kw)
             for kt in range(self.nkh):
-                kp = min(b.target.partitions, self.dh - kt * b.target.partitions)
-                b.load_stationary(qT.flat(plan.compute1, kp, qw, kt * self.qmax), f"{tag} q")
-                b.multiply_moving(s, kT.flat(plan.compute1, kp, kw, kt * self.Tk + k0), acc=kt > 0,
-                                  comment=f"{tag} qk")
+                b.load_stationary(qT.ap(kt, q0, qw), f"{tag} q")
+                b.multiply_moving(s, kT.ap(kt, k0, kw), acc=kt > 0, comment=f"{tag} qk")
             x = self.pools["x"].next().flat("f32", qw, kw)
             free = [(self.f_axis, k0, kw)]
             operands = self.loader.load(fixed, q0, qw, free)
@@ -240,9 +239,12 @@ class _Attention:
                 b.tensor_scalar(o, o, "multiply", 0.0, f"{tag} rescale out", scalar_vec=alpha)
             self._pv(p, vr, o, qw, k0, kw, first=i == 0, tag=tag)
             m = m_new
-        out = self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
+        store = plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed)
+        on_chip = b.must_be_resident(store) if b.on_chip(plan.out) else None  # written in place
+        out = on_chip or self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
         b.tensor_scalar(out, o, "divide", 0.0, f"{label} normalize", scalar_vec=l_sum)
-        b.dma(plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed), out, f"{label} store")
+        if on_chip is None:
+            b.dma(store, out, f"{label} store")
 
     def _pv(self, p: AccessPattern, vr, o: AccessPattern, qw: int, k0: int, kw: int, first: bool, tag: str) -> None:
         """O (+)= P V: P^T per 128 keys by PE transposes (4 per PSUM bank), then matmuls into O."""
@@ -263,8 +265,7 @@ class _Attention:
             for slot, (j, jw) in enumerate(group):
                 kt = (k0 + j) // parts
                 b.load_stationary(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax), f"{tag} p^T")
-                b.multiply_moving(o, vr.flat(plan.compute2, jw, self.dv, kt * self.dv),
-                                  acc=not (first and n_blocks == 0), comment=f"{tag} pv")
+                b.multiply_moving(o, vr.ap(kt, 0, self.dv), acc=not (first and n_blocks == 0), comment=f"{tag} pv")
                 n_blocks += 1
 
     def _masked(self, fixed: dict[int, int], q0: int, qw: int, k0: int, kw: int) -> bool:

@@ -19,12 +19,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from backend.alloc import Pool, PoolSpec, Tile
+from backend.alloc import Pool, PoolSpec
 from backend.emit import ProgramBuilder
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
-from backend.kernels.operands import KOperand
+from backend.kernels.operands import KOperand, Loaded
 from backend.layout import View, itemsize
 from compiler.errors import CompilationError
 from compiler.hlo.ir import Instruction as HloInstruction
@@ -175,14 +175,17 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         most = max(blocks, first)
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
-                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
-                 PoolSpec("stat", "sbuf", nk * pmax * csz, opts.stationary_buffers * most)]
+                 PoolSpec("out", "sbuf", 0 if builder.on_chip(plan.out) else mt * itemsize(plan.out.dtype),
+                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2),
+                          source=builder.staged_from(plan.out)),
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else nk * pmax * csz, opts.stationary_buffers * most,
+                          source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
         cols = F if resident else min(F, group * mt)
-        specs += [PoolSpec("mov", "sbuf", nk * cols * csz, 1 if resident else opts.moving_buffers)]
+        specs += [PoolSpec("mov", "sbuf", 0 if mov0.in_sbuf else nk * cols * csz,
+                           1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
     specs, blocks, group, first = pool_specs(True)
@@ -223,44 +226,41 @@ class _Loop:
         self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
         self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
 
-    def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Tile]:
-        tiles = [self.pools["stat"].next() for _ in sb]
-        for (p0, pw), tile in zip(sb, tiles, strict=True):
-            self.stat.load(tile, p0, pw, self.pmax)
-        return tiles
+    def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Loaded]:
+        if self.stat.in_sbuf:
+            return [self.stat.load(None, p0, pw, self.pmax) for p0, pw in sb]
+        return [self.stat.load(self.pools["stat"].next(), p0, pw, self.pmax) for p0, pw in sb]
 
     def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
         opts = self.b.options
-        mov_tile = self.pools["mov"].next() if resident else None
+        mov_tile = self.pools["mov"].next() if resident and not self.mov.in_sbuf else None
         # first super-block of a resident moving operand: R x G fills every accumulator bank (nothing to
         # overlap yet), so PE gets the most work per moving byte while the operand streams in
         wide = max(1, opts.psum_acc_banks // len(supers[0]))
         first_groups = [f_tiles[i:i + wide] for i in range(0, len(f_tiles), wide)] if resident else groups
         loaded = [self.load_stationary_blocks(supers[0])]
+        mov_all: Loaded | None = None
         if resident:
             # PE idles until the moving operand is in: load (and transpose) the next blocks first, then
             # the moving operand column group by column group, in the order the first groups use it
             if len(supers) > 1:
                 loaded.append(self.load_stationary_blocks(supers[1]))
-            assert mov_tile is not None
             for grp in first_groups:
                 g0 = grp[0][0]
-                self.mov.load(mov_tile, g0, grp[-1][0] + grp[-1][1] - g0, F, at=g0)
+                mov_all = self.mov.load(mov_tile, g0, grp[-1][0] + grp[-1][1] - g0, F, at=g0)
         for si, sb in enumerate(supers):
             sb_groups = first_groups if si == 0 else groups
             if si == len(supers) - 1 and len(sb_groups[-1]) > 1:
                 # the kernel's last group is its tail latency: one moving tile at a time
                 sb_groups = sb_groups[:-1] + [[t] for t in sb_groups[-1]]
             for gi, grp in enumerate(sb_groups):
-                if resident:
-                    assert mov_tile is not None
-                    tile, base, mcols = mov_tile, 0, F
+                if mov_all is not None:
+                    mov = mov_all
                 else:
                     g0 = grp[0][0]
                     gcols = grp[-1][0] + grp[-1][1] - g0
-                    tile, base, mcols = self.pools["mov"].next(), g0, gcols
-                    self.mov.load(tile, g0, gcols, gcols)
-                accs = self.accumulate(sb, loaded[si], grp, tile, base, mcols)
+                    mov = self.mov.load(None if self.mov.in_sbuf else self.pools["mov"].next(), g0, gcols, gcols)
+                accs = self.accumulate(sb, loaded[si], grp, mov)
                 last = si == len(supers) - 1 and gi == len(sb_groups) - 1
                 self.epilogues(sb, grp, accs, opts.dma_split_bytes // 4 if last else None)
                 # software pipelining: the next blocks' loads (and PE transposes: PE runs in program
@@ -269,17 +269,15 @@ class _Loop:
                 if gi >= prefetch_at and len(loaded) == si + 1 and si + 1 < len(supers):
                     loaded.append(self.load_stationary_blocks(supers[si + 1]))
 
-    def accumulate(self, sb, stat_tiles: list[Tile], grp, mov_tile: Tile, base: int, mcols: int) -> dict:
+    def accumulate(self, sb, stat: list[Loaded], grp, mov: Loaded) -> dict:
         """K-accumulation of R blocks x G moving tiles: each load_stationary serves G matmuls."""
-        b, compute = self.b, self.plan.compute
+        b = self.b
         accs = {(p0, f0): self.pools["acc"].next() for p0, _ in sb for f0, _ in grp}
         for kt in range(self.nk):
-            kp = self.mov.k_rows(kt)
-            for (p0, pw), stat_tile in zip(sb, stat_tiles, strict=True):
-                b.load_stationary(stat_tile.flat(compute, kp, pw, kt * self.pmax), f"{self.tag} p{p0} k{kt}")
+            for (p0, pw), block in zip(sb, stat, strict=True):
+                b.load_stationary(block.ap(kt, p0, pw), f"{self.tag} p{p0} k{kt}")
                 for f0, fw in grp:
-                    b.multiply_moving(accs[p0, f0].flat("f32", pw, fw),
-                                      mov_tile.flat(compute, kp, fw, kt * mcols + f0 - base),
+                    b.multiply_moving(accs[p0, f0].flat("f32", pw, fw), mov.ap(kt, f0, fw),
                                       acc=kt > 0, comment=f"{self.tag} p{p0} f{f0} k{kt}")
         return accs
 
@@ -291,13 +289,15 @@ class _Loop:
                 label = f"{self.tag} p{p0} f{f0}"
                 free = [(self.f_axis, f0, fw)]
                 operands = self.loader.load(self.fixed, p0, pw, free)
-                dst = self.pools["out"].next().flat(plan.out.dtype, pw, fw)
+                out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
+                on_chip = self.b.must_be_resident(out) if self.b.on_chip(plan.out) else None  # written in place
+                dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
                 acc = accs[p0, f0].flat("f32", pw, fw)
                 coords = Coords(self.p_axis, p0, ((self.f_axis, f0, fw),), tuple(self.fixed.items()))
                 TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label,
                               coords=coords).run(plan.epilogue, dst)
-                out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
-                self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
+                if on_chip is None:
+                    self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
 
 
 def _first_blocks(n_p: int, n_f: int, opts) -> int:

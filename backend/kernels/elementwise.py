@@ -25,7 +25,7 @@ from backend.kernels.leaves import LeafLoader
 from backend.layout import View, itemsize, normalize_axes
 from compiler.errors import CompilationError
 
-ROW_TEMP_SHARE = 0.6  # of the elementwise budget: a row kernel's temporaries at most
+MINOR_KEPT = 64  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
 
 
 def storage_order(view: View) -> list[int]:
@@ -60,7 +60,12 @@ class _Plan:
         kept = [a for a in storage_order(views[0]) if a not in reduce_axes]
         main = max(views[1:], key=lambda v: sum(1 for a in reduce_axes if v.strides[a]), default=views[0])
         red = sorted(reduce_axes, key=lambda a: (-main.strides[a], a))
-        views, (kept, red) = merge_groups(views, [kept, red])
+        minor: list[int] = []
+        if not red and len(kept) > 1 and views[0].dims[kept[-1]] >= MINOR_KEPT:
+            # rows on the partitions as their producer tiled them (a long minor axis stays the free dim)
+            kept, minor = kept[:-1], kept[-1:]
+        views, (kept, red, minor) = merge_groups(views, [kept, red, minor])
+        kept += minor
         if not red and len(kept) == 1 and views[0].dims[kept[0]] >= 256 and views[0].dims[kept[0]] % 128 == 0:
             views = [v.split_axis(kept[0], views[0].dims[kept[0]] // 128) for v in views]
             kept = [kept[0], kept[0] + 1]
@@ -114,10 +119,26 @@ class _Kernel:
     def dry_leaves(self) -> dict[int, object]:
         return {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
 
-    def store(self, dst, fixed, p0, pw, free, label: str) -> None:
+    def out_ap(self, fixed, p0, pw, free):
         plan = self.plan
         stored = free if self.full_root else [(a, 0, 1) for a, _, _ in free]
-        self.b.dma(plan.out.hbm_ap(plan.p_axis, p0, pw, stored, fixed), dst, f"{label} store")
+        return plan.out.hbm_ap(plan.p_axis, p0, pw, stored, fixed)
+
+    def out_spec(self, fmax: int, bufs: int) -> PoolSpec:
+        plan, b = self.plan, self.b
+        size = 0 if b.on_chip(plan.out) else (fmax if self.full_root else 1) * itemsize(plan.out.dtype)
+        return PoolSpec("out", "sbuf", size, bufs, source=b.staged_from(plan.out))
+
+    def destination(self, tile, fixed, p0, pw, free, fw):
+        """Where a tile's result goes: the output's SBUF image when it is kept on chip, else `tile`."""
+        if self.b.on_chip(self.plan.out):
+            return self.b.must_be_resident(self.out_ap(fixed, p0, pw, free))
+        return self._dst(tile, pw, fw)
+
+    def store(self, dst, fixed, p0, pw, free, label: str) -> None:
+        if self.b.on_chip(self.plan.out):
+            return  # written in place on chip
+        self.b.dma(self.out_ap(fixed, p0, pw, free), dst, f"{label} store")
 
 
 class _LoopKernel(_Kernel):
@@ -132,8 +153,7 @@ class _LoopKernel(_Kernel):
             temps.measure(lambda bb, store, f=fw_max: self.evaluate(bb, store, self.dry_leaves(), plan.pmax, f,
                                                                     None, self._dst(None, plan.pmax, f)))
             f_tiles = -(-plan.F // fw_max)
-            specs = temps.specs() + [PoolSpec("out", "sbuf", fw_max * itemsize(plan.out.dtype),
-                                              b.options.output_buffers)]
+            specs = temps.specs() + [self.out_spec(fw_max, b.options.output_buffers)]
             specs += self.loader.specs(plan.pmax, fw_max, f_tiles, budget // 4)
             if b.alloc.sbuf_need(specs) <= min(budget, b.alloc.sbuf_capacity()) or fw_max <= 64:
                 break
@@ -146,7 +166,7 @@ class _LoopKernel(_Kernel):
                 fw = prod(n for _, _, n in free)
                 tlabel = f"{label},{free[0][1]}"
                 operands = self.loader.load(fixed, p0, pw, free)
-                dst = self._dst(pools["out"].next(), pw, fw)
+                dst = self.destination(pools["out"].next(), fixed, p0, pw, free, fw)
                 coords = Coords(plan.p_axis, p0, tuple(tuple(f) for f in free), tuple(fixed.items()))
                 self.evaluate(b, temps.store(), operands, pw, fw, coords, dst, tlabel)
                 self.store(dst, fixed, p0, pw, free, tlabel)
@@ -192,7 +212,7 @@ class _RowKernel(_LoopKernel):
             coords = [Coords(plan.p_axis, p0, tuple(tuple(f) for f in free), tuple(fixed.items())) for free in chunks]
             if not chunked:
                 operands = self.loader.load(fixed, p0, pw, chunks[0])
-                dst = self._dst(pools["out"].next(), pw, plan.F)
+                dst = self.destination(pools["out"].next(), fixed, p0, pw, chunks[0], plan.F)
                 self.evaluate(b, temps.store(), operands, pw, plan.F, coords[0], dst, label)
                 self.store(dst, fixed, p0, pw, chunks[0], label)
                 continue
@@ -201,7 +221,7 @@ class _RowKernel(_LoopKernel):
                 fw = prod(n for _, _, n in free)
                 operands = self.loader.load(fixed, p0, pw, free)
                 self._chunk(b, temps.store(), operands, pw, fw, coords[i], reduces, accs, i, f"{label},{free[0][1]}")
-            dst = self._dst(pools["out"].next(), pw, 1)
+            dst = self.destination(pools["out"].next(), fixed, p0, pw, chunks[0], 1)
             preset = {key: PVec(ap) for key, ap in accs.items()}
             TileEvaluator(b, temps.store(), pw, 1, operands, label=label, coords=coords[-1],
                           preset=preset).run(plan.root, dst)
@@ -228,8 +248,7 @@ class _RowKernel(_LoopKernel):
 
     def _specs(self, temps: Temporaries, fmax: int, f_tiles: int) -> list[PoolSpec]:
         plan = self.plan
-        specs = temps.specs() + [PoolSpec("out", "sbuf", (fmax if self.full_root else 1) * itemsize(plan.out.dtype),
-                                          2)]
+        specs = temps.specs() + [self.out_spec(fmax, 2)]
         return specs + self.loader.specs(plan.pmax, fmax, f_tiles, 0)
 
     def _depends_on_reduce(self) -> bool:
@@ -284,9 +303,11 @@ def copy_kernel(builder: ProgramBuilder, src: View, out: View, name: str, where:
     parts = builder.target.partitions
     P = out_v.dims[p_axis] if p_axis is not None else 1
     F = out_v.dims[f_axis]
+    builder.alloc.begin_kernel(name, [], where)
     for idx in itertools.product(*(range(out_v.dims[a]) for a in order[:-2])):
         fixed = dict(zip(order[:-2], idx, strict=True))
         for p0 in range(0, P, parts):
             pw = min(parts, P - p0)
             builder.dma(out_v.hbm_ap(p_axis, p0, pw, [(f_axis, 0, F)], fixed),
                         src_v.hbm_ap(p_axis, p0, pw, [(f_axis, 0, F)], fixed), f"{name} copy")
+    builder.alloc.end_kernel()

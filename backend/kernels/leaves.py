@@ -5,7 +5,9 @@ A tile is [pw partitions along p_axis x the free axes]; how a leaf is read depen
             a [P, 1] vector, loaded once per partition block and used as a per-partition operand.
 - "fbcast": stride 0 along p (e.g. a bias along the free axis): one DMA with partition_stride 0
             broadcasts the row to every partition; cached per free range, so reused across blocks.
-- "tensor": anything else: one DMA per tile.
+- "tensor": anything else: one DMA per tile; when the leaf does not vary along the kernel's loop axes
+            (e.g. an attention mask shared by every head) and all its distinct tiles fit, each is loaded
+            once and kept.
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ Free = list[tuple[int, int, int]]  # (axis, start, count) per free axis, outermo
 
 class LeafLoader:
     def __init__(self, builder: ProgramBuilder, root: Node, p_axis: int | None, free_axes: tuple[int, ...] | int,
-                 label: str):
+                 label: str, loop_axes: tuple[int, ...] = ()):
         self.builder = builder
         self.p_axis = p_axis
+        self.loop_axes = loop_axes
+        self.kept: set[int] = set()  # "tensor" leaves whose tiles are loaded once and kept
         self.free_axes = (free_axes,) if isinstance(free_axes, int) else tuple(free_axes)
         self.label = label
         self.leaves = [n for n in walk(root) if n.op == "leaf"]
@@ -49,9 +53,10 @@ class LeafLoader:
         """Operand kind (evaluate.py's T/V) of every leaf."""
         return {key: "V" if mode == "pvec" else "T" for key, mode in self.modes.items()}
 
-    def specs(self, pmax: int, fmax: int, f_tiles: int, budget: int) -> list[PoolSpec]:
+    def specs(self, pmax: int, fmax: int, f_tiles: int, budget: int, loop_tiles: int = 0) -> list[PoolSpec]:
         """Pools for all leaves: tiles of up to [pmax, fmax]; `f_tiles` free ranges per partition block.
-        Broadcast rows stay resident across partition blocks when they fit in `budget` bytes."""
+        Broadcast rows stay resident across partition blocks when they fit in `budget` bytes; leaves
+        constant along the loop axes keep all their `loop_tiles` distinct tiles when those fit."""
         self.pmax = pmax
         specs = []
         for i, node in enumerate(self.leaves):
@@ -62,8 +67,17 @@ class LeafLoader:
             elif mode == "fbcast":
                 bufs = f_tiles + 1 if (f_tiles + 1) * fmax * isz <= budget else 2
                 specs.append(PoolSpec(f"leaf{i}_row", "sbuf", fmax * isz, bufs))
+            elif (self.loop_axes and 0 < loop_tiles and loop_tiles * fmax * isz <= budget
+                  and all(node.view.strides[a] == 0 or node.view.dims[a] == 1  # type: ignore[union-attr]
+                          for a in self.loop_axes)):
+                self.kept.add(id(node))
+                specs.append(PoolSpec(f"leaf{i}_kept", "sbuf", fmax * isz, loop_tiles))
             else:
-                specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", fmax * isz, TENSOR_BUFFERS))
+                view = node.view
+                assert view is not None
+                size = 0 if self.builder.on_chip(view) else fmax * isz  # read in place
+                specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", size, TENSOR_BUFFERS,
+                                      source=self.builder.staged_from(view)))
         return specs
 
     def bind(self, pools: dict[str, Pool]) -> None:
@@ -98,10 +112,18 @@ class LeafLoader:
                 tile = self._cached(node, key, lambda t, v=view, pn=pn: self._dma(
                     t.flat(v.dtype, pn, fw), v.hbm_ap(self.p_axis, 0, pn, free, fixed)))
                 result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
+            elif id(node) in self.kept:
+                key = (id(node), p0, pw, tuple(free))
+                tile = self._cached(node, key, lambda t, v=view, f=free: self._dma(
+                    t.flat(v.dtype, pw, fw), v.hbm_ap(self.p_axis, p0, pw, f, fixed)))
+                result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
             else:
-                tile = self.pools[id(node)].next()
-                ap = tile.flat(view.dtype, pw, fw)
-                self._dma(ap, view.hbm_ap(self.p_axis, p0, pw, free, fixed))
+                src = view.hbm_ap(self.p_axis, p0, pw, free, fixed)
+                if self.builder.on_chip(view):  # read a tensor kept on chip in place
+                    result[id(node)] = Tensor(self.builder.must_be_resident(src))
+                    continue
+                ap = self.pools[id(node)].next().flat(view.dtype, pw, fw)
+                self._dma(ap, src)
                 result[id(node)] = Tensor(ap)
         return result
 

@@ -9,17 +9,20 @@ view's strides (method chosen once per operand):
                cast if needed, then PE transposes each 128x128 block against an identity matrix
                (psum = block^T) and ACT/DVE copy PSUM -> SBUF, four blocks per PSUM bank.
 - "strided":   small operands, or neither axis contiguous: an element-wise strided DMA.
+- "image":     the operand is a tensor kept on chip whose SBUF image already has K on the partitions
+               (residency.py) in the compute dtype: nothing is loaded, matmuls read the image.
 Constants never reach these paths strided: the planner stores them pre-arranged as [K, C] in the
-compute dtype.
+compute dtype. `load` returns a `Loaded`, which gives the access of any K-tile and columns.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.layout import View, itemsize
+from isa.program import AccessPattern
 
 PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
 
@@ -47,12 +50,17 @@ class KOperand:
             self.method = "strided_cast" if casting else "strided"
         self.chunk = min(self.K, builder.options.transpose_chunk)
         self.pools: dict[str, Pool] = {}
+        if self.method == "direct" and not view.is_const and self._image_ap(0, 0, self.C) is not None \
+                and all(self._image_ap(kt, 0, self.C) is not None for kt in range(self.nk)):
+            self.method = "image"
 
     def specs(self, cols: int, blocks: int = 1) -> list[PoolSpec]:
         """Staging pools this operand needs to load up to `cols` columns at a time, `blocks` column
         blocks of 128 back to back."""
         stored = itemsize(self.view.stored_dtype)
         r = self.role
+        if self.method == "image":
+            return []
         if self.method in ("cast", "strided_cast"):
             return [PoolSpec(f"{r}_stage", "sbuf", cols * stored, 3)]
         if self.method == "transpose":
@@ -77,14 +85,35 @@ class KOperand:
     def k_rows(self, kt: int) -> int:
         return min(self.parts, self.K - kt * self.parts)
 
+    @property
+    def stages(self) -> str | None:
+        """The scratch tensor whose staging this operand's buffer is, when keeping that tensor on chip
+        would let matmuls read its image instead (PoolSpec.source)."""
+        return self.b.staged_from(self.view) if self.method in ("direct", "image") else None
+
+    @property
+    def in_sbuf(self) -> bool:
+        """Read straight from an SBUF image: the caller needs no buffer for it."""
+        return self.method == "image"
+
+    def _image_ap(self, kt: int, c0: int, cn: int) -> AccessPattern | None:
+        ap = self.view.hbm_ap(0, kt * self.parts, self.k_rows(kt), [(1, c0, cn)]) if self.view.buffer.name else None
+        if ap is None or self.view.stored_dtype != self.compute:
+            return None
+        return self.b.resident(ap)
+
     # -- loading --------------------------------------------------------------------------------------------
-    def load(self, dst: Tile, c0: int, cn: int, cols: int, at: int = 0) -> None:
+    def load(self, dst: Tile | None, c0: int, cn: int, cols: int, at: int = 0) -> Loaded:
         """Emit the loads of columns [c0, c0+cn) of every K-tile into `dst`, at column `at` of each
-        K-tile (K-tile stride `cols`)."""
+        K-tile (K-tile stride `cols`); nothing for an image (dst may be None then)."""
+        if self.method == "image":
+            return Loaded(self, None, 0, 0, 0)
+        assert dst is not None
+        loaded = Loaded(self, dst, c0, cols, at)
         self.b.place(self.view)
         if self.method == "transpose":
             self._load_transposed(dst, c0, cn, cols, at)
-            return
+            return loaded
         for kt in range(self.nk):
             kp = self.k_rows(kt)
             target = dst.flat(self.compute, kp, cn, kt * cols + at)
@@ -96,6 +125,7 @@ class KOperand:
                 stage = self.pools["stage"].next().flat(self.view.stored_dtype, kp, cn)
                 self.b.dma(stage, src, f"{label} load")
                 self.b.copy(target, stage, f"{label} cast", engines=("act", "dve", "pool"))
+        return loaded
 
     def _load_transposed(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> None:
         b, parts = self.b, self.parts
@@ -139,3 +169,24 @@ class KOperand:
             target = dst.ap(self.compute, kbw, [(cols, n), (1, cw)], kt0 * cols + col)
             source = bank.ap("f32", kbw, [(PSUM_SLOT, n), (1, cw)])
             b.copy(target, source, f"{label} transpose evacuate")
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """Columns of an operand in SBUF: a staged `tile` holding operand columns from `c0` at column `at`
+    of each K-tile (K-tile stride `cols`), or (tile None) the operand's SBUF image."""
+
+    operand: KOperand
+    tile: Tile | None
+    c0: int
+    cols: int
+    at: int
+
+    def ap(self, kt: int, c: int, n: int) -> AccessPattern:
+        """Operand columns [c, c + n) of K-tile kt."""
+        op = self.operand
+        if self.tile is None:
+            ap = op._image_ap(kt, c, n)
+            assert ap is not None
+            return ap
+        return self.tile.flat(op.compute, op.k_rows(kt), n, kt * self.cols + self.at + c - self.c0)

@@ -91,7 +91,57 @@ class DotReshapeSinking:
 
     def run(self) -> bool:
         changed = False
-        while self._hoist() | self._sink_all():
+        while self._sink_converts() | self._collapse() | self._hoist() | self._sink_all():
+            changed = True
+        if changed:
+            self._remove_dead()
+        return changed
+
+    # -- converts move below reshapes and transposes; chains of those collapse ----------------------------
+    def _sink_converts(self) -> bool:
+        """reshape(convert(x)) -> convert(reshape(x)) (likewise transpose): auto-cast's converts end up
+        right before the dots, and the reshapes of a dot's operand become one chain."""
+        changed = False
+        users = self.comp.users()
+        for view in list(self.comp.instructions):
+            if view.opcode not in ("reshape", "bitcast", "transpose") or view not in self.comp.instructions:
+                continue
+            cvt = view.operands[0]
+            if cvt.opcode != "convert" or users[cvt] != [view] or cvt is self.comp.root:
+                continue
+            source = cvt.operands[0]
+            moved = new_instruction(self.module, view.opcode, Shape.array(source.shape.dtype, view.shape.dims),
+                                    [source], dict(view.attrs), metadata=view.metadata, name=view.name)
+            insert_before(self.comp, view, moved)
+            new_cvt = new_instruction(self.module, "convert", view.shape, [moved], metadata=cvt.metadata,
+                                      name=cvt.name)
+            insert_before(self.comp, view, new_cvt)
+            self.comp.replace_all_uses(view, new_cvt)
+            self.comp.remove(view)
+            self.comp.remove(cvt)
+            users = self.comp.users()
+            changed = True
+        return changed
+
+    def _collapse(self) -> bool:
+        """reshape(reshape(x)) -> reshape(x) or x; transpose(transpose(x)) -> one transpose or x."""
+        changed = False
+        for inst in list(self.comp.instructions):
+            if inst not in self.comp.instructions or inst.opcode not in ("reshape", "bitcast", "transpose"):
+                continue
+            inner = inst.operands[0]
+            if inst.opcode == "transpose" and inner.opcode == "transpose":
+                outer_perm, inner_perm = tuple(inst.attrs["dimensions"]), tuple(inner.attrs["dimensions"])
+                perm = tuple(inner_perm[p] for p in outer_perm)
+                source = inner.operands[0]
+                new = source if perm == tuple(range(len(perm))) else insert_before(self.comp, inst, new_instruction(
+                    self.module, "transpose", inst.shape, [source], {"dimensions": perm}, metadata=inst.metadata))
+            elif inst.opcode in ("reshape", "bitcast") and inner.opcode in ("reshape", "bitcast"):
+                new = self._reshape(inner.operands[0], tuple(inst.shape.dims), inst)
+            else:
+                continue
+            self.comp.replace_all_uses(inst, new)
+            self.comp.remove(inst)
             changed = True
         if changed:
             self._remove_dead()

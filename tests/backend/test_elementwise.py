@@ -58,9 +58,12 @@ ENTRY %main (x: f32[{m},{k}], w: f32[{n},{k}], b: f32[{n}]) -> f32[{m},{n}] {{
 }}
 """
     x, w, b = rand(m, k, seed=1), rand(n, k, seed=2), rand(n, seed=3)
-    (out,), result = run_hlo(text, [x, w, b])
+    (out,), result = run_hlo(text, [x, w, b], options=BackendOptions(keep_on_chip=False))
     np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), **TOL["f32"])
     assert sum(t.kind == "scratch" for t in result.program.tensors.values()) == 2
+    (out,), result = run_hlo(text, [x, w, b])  # both intermediates stay on chip
+    np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), **TOL["f32"])
+    assert sum(t.kind == "scratch" for t in result.program.tensors.values()) == 0
 
 
 def test_layout_ops_between_kernels():
