@@ -19,7 +19,7 @@ from tests.fuzz.reference import check, exact_outputs, torch_outputs
 # Small shapes (a tail to 96) so that a few hundred cases x 8 configurations fit the CI budget (< 60 s).
 CI_CONFIG = GenConfig(classes=tuple(c for c in OP_CLASSES if c in SUPPORTED_CLASSES), max_ops=6, max_dim=96,
                       max_elements=1 << 12, max_macs=1 << 17)
-CI_EXAMPLES = 200
+CI_EXAMPLES = 250
 
 
 @settings(max_examples=CI_EXAMPLES, derandomize=True, deadline=None, database=None,
