@@ -2,8 +2,12 @@
 
 On chip an access is a box (partition range x byte range within each partition). In HBM it is a set of
 contiguous byte runs of one tensor, compared exactly (tiles of a row-major matrix interleave, and a
-bounding box would serialize every store). PE's stationary tile is one more resource: load_stationary
-writes it, multiply_moving reads it. Tensors nothing writes (inputs, constants) are not tracked.
+bounding box would serialize every store). Tensors nothing writes (inputs, constants) are not tracked.
+
+PE's stationary tile is one more resource: load_stationary writes it, multiply_moving reads it, which
+chains every stationary group (a load and the matmuls that use it) after the previous one in program
+order. Without that chain (`chain_stationary=False`) a matmul depends on its own load only, and the
+scheduler must keep each group together on PE (`stationary_groups`) but may order the groups freely.
 """
 
 from __future__ import annotations
@@ -117,11 +121,24 @@ def _access(ap: AccessPattern) -> tuple[str, tuple[int, int, int, int], tuple[np
     return ap.memory, box, None, True
 
 
-def dependencies(ops: list[Instruction], untracked: set[str]) -> list[list[int]]:
+def stationary_groups(ops: list[Instruction]) -> list[int]:
+    """For every multiply_moving the index of the load_stationary it uses (the last one before it in
+    program order); -1 for every other instruction (and for a matmul no load precedes)."""
+    groups, load = [], -1
+    for i, inst in enumerate(ops):
+        if inst.opcode == "load_stationary":
+            load = i
+        groups.append(load if inst.opcode == "multiply_moving" else -1)
+    return groups
+
+
+def dependencies(ops: list[Instruction], untracked: set[str], chain_stationary: bool = True) -> list[list[int]]:
     """For every instruction, the earlier instructions it must follow.
 
-    `untracked` names HBM tensors no instruction writes (inputs, constants).
+    `untracked` names HBM tensors no instruction writes (inputs, constants). With `chain_stationary`
+    False, PE's stationary tile links a matmul to its own load only (see the module docstring).
     """
+    groups = None if chain_stationary else stationary_groups(ops)
     spaces: dict[str, _Space] = {}
     preds: list[list[int]] = []
     for i, inst in enumerate(ops):
@@ -133,11 +150,14 @@ def dependencies(ops: list[Instruction], untracked: set[str]) -> list[list[int]]
                 continue
             space, box, runs, dense = _access(ap)
             accesses.append((space, box, runs, dense, operand.access == "w"))
-        if inst.opcode == "load_stationary":
+        found: set[int] = set()
+        if groups is not None:
+            if groups[i] >= 0:
+                found.add(groups[i])
+        elif inst.opcode == "load_stationary":
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, True))
         elif inst.opcode == "multiply_moving":
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, False))
-        found: set[int] = set()
         for space, box, runs, _, write in accesses:
             table = spaces.get(space)
             if table is not None:

@@ -33,7 +33,7 @@ import heapq
 from dataclasses import dataclass
 
 from backend.costs import CostModel
-from backend.deps import dependencies
+from backend.deps import dependencies, stationary_groups
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
 from isa.instructions import OPCODES
@@ -243,9 +243,52 @@ def inorder_schedule(ops: list[Instruction], preds: list[list[int]], costs: Cost
     return placer.placement
 
 
+class _PeGroups:
+    """Stationary groups (a load_stationary and the matmuls that use it) kept together on PE in any
+    order: a load is released once every predecessor of its group from outside the group is placed (so
+    the group, once open, can always complete), and while a group is open PE takes only its members and
+    instructions that do not touch the stationary tile (transposes)."""
+
+    def __init__(self, ops: list[Instruction], preds: list[list[int]], groups: list[int]):
+        self.members: dict[int, list[int]] = {i: [] for i, op in enumerate(ops) if op.opcode == "load_stationary"}
+        for i, load in enumerate(groups):
+            if load >= 0:
+                self.members[load].append(i)
+        self.blockers: dict[int, int] = {}
+        self.unblocks: dict[int, list[int]] = {}
+        for load, members in self.members.items():
+            inside = {load, *members}
+            outside = {p for m in (load, *members) for p in preds[m]} - inside
+            self.blockers[load] = len(outside)
+            for p in outside:
+                self.unblocks.setdefault(p, []).append(load)
+        self.open = -1  # the load whose group PE is in
+        self.remaining = 0
+
+    def released(self) -> list[int]:
+        return [load for load, n in self.blockers.items() if n == 0]
+
+    def place(self, i: int, inst: Instruction) -> list[int]:
+        """Note that op i was placed; returns the loads this releases."""
+        if inst.opcode == "load_stationary":
+            self.open, self.remaining = (i, len(self.members[i])) if self.members[i] else (-1, 0)
+        elif self.open >= 0 and inst.opcode == "multiply_moving":
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.open = -1
+        out = []
+        for load in self.unblocks.pop(i, ()):
+            self.blockers[load] -= 1
+            if self.blockers[load] == 0:
+                out.append(load)
+        return out
+
+
 def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostModel, n_queues: int,
-                  priority: str = "list") -> Placement:
-    """List scheduling on the estimated timeline; `priority` "list" (critical path) or "ready_time"."""
+                  priority: str = "list", groups: list[int] | None = None) -> Placement:
+    """List scheduling on the estimated timeline; `priority` "list" (critical path) or "ready_time".
+    `groups` (deps.stationary_groups, with preds computed without the stationary chain): PE may order
+    stationary groups freely."""
     n = len(ops)
     placer = _Placer(ops, preds, costs, n_queues, DMA_BACKLOG_NS if priority == "list" else None)
     tl = placer.timeline
@@ -255,22 +298,32 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
         key = [(-level[i], i) for i in range(n)]
     else:
         key = [(0.0, i) for i in range(n)]
-    engines = (*COMPUTE_ENGINES, "sp")
-    waiting: dict[str, list[tuple[float, int]]] = {e: [] for e in engines}  # (ready time, op)
-    avail: dict[str, list[tuple[tuple[float, int], int]]] = {e: [] for e in engines}  # (priority key, op)
+    pe_groups = _PeGroups(ops, preds, groups) if groups is not None else None
+    if pe_groups is not None:
+        for load in pe_groups.members:
+            choices[load] = ("pe.load",)  # a lane of its own, closed while a group is open
+    lanes = (*COMPUTE_ENGINES, "sp") + (("pe.load",) if pe_groups is not None else ())
+    waiting: dict[str, list[tuple[float, int]]] = {e: [] for e in lanes}  # (ready time, op)
+    avail: dict[str, list[tuple[tuple[float, int], int]]] = {e: [] for e in lanes}  # (priority key, op)
     placed = [False] * n
 
-    def release(ops_ready: list[int]) -> None:
+    def release(ops_ready: list[int], loads: bool = False) -> None:
         for s in ops_ready:
+            if pe_groups is not None and choices[s] == ("pe.load",) and not loads:
+                continue  # released by its group
             for e in choices[s]:
                 heapq.heappush(waiting[e], (placer.ready[s], s))
 
     release([i for i in range(n) if placer.indeg[i] == 0])
+    if pe_groups is not None:
+        release(pe_groups.released(), loads=True)
     for _ in range(n):
         best: tuple[float, tuple[float, int], str] | None = None
-        for e in engines:
+        for e in lanes:
+            if e == "pe.load" and pe_groups is not None and pe_groups.open >= 0:
+                continue
             w, a = waiting[e], avail[e]
-            free = tl.free(e)
+            free = tl.free(e[:2] if e == "pe.load" else e)
             while w and (w[0][0] <= free or placed[w[0][1]]):
                 _, i = heapq.heappop(w)
                 if not placed[i]:
@@ -294,11 +347,13 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
                 heapq.heappush(a, (key[i], i))
         _, i = heapq.heappop(a)
         placed[i] = True
-        engine = e
+        engine = "pe" if e == "pe.load" else e
         if len(choices[i]) > 1:  # the engine where it finishes first (the picking engine on ties)
             ready = placer.ready[i]
             engine = min(choices[i], key=lambda c: (tl.estimate(ops[i], c, ready)[1], c != e))
         release(placer.commit(i, engine))
+        if pe_groups is not None:
+            release(pe_groups.place(i, ops[i]), loads=True)
     return placer.placement
 
 
@@ -425,10 +480,11 @@ def schedule(ops: list[Instruction], costs: CostModel, untracked: set[str], n_qu
     mode = list_scheduling if isinstance(list_scheduling, str) else ("list" if list_scheduling else "inorder")
     if mode not in SCHEDULERS:
         raise ValueError(f"unknown scheduler {mode!r}; known: {', '.join(SCHEDULERS)}")
-    preds = dependencies(ops, untracked)
+    groups = stationary_groups(ops) if mode == "list" else None
+    preds = dependencies(ops, untracked, chain_stationary=groups is None)
     if mode == "inorder":
         placement = inorder_schedule(ops, preds, costs, n_queues)
     else:
-        placement = list_schedule(ops, preds, costs, n_queues, mode)
+        placement = list_schedule(ops, preds, costs, n_queues, mode, groups)
     add_semaphores(ops, preds, placement.order, placement.queues)
     return ScheduleResult(placement.order, placement.queues, schedule_text(ops, placement, mode), placement.makespan)

@@ -8,7 +8,7 @@ import pytest
 
 from backend import BackendOptions, compile_module
 from backend.costs import CostModel
-from backend.deps import dependencies
+from backend.deps import dependencies, stationary_groups
 from backend.emit import ProgramBuilder
 from backend.lower import Lowering
 from backend.schedule import (
@@ -77,9 +77,12 @@ def _lowered(name: str) -> tuple[list[Instruction], set[str], CostModel]:
 
 @pytest.mark.parametrize("mode", SCHEDULERS)
 def test_placement_is_a_topological_order(mode):
-    for name in ("mlp", "dot_t"):
+    """Every dependency is respected; the list scheduler may reorder stationary groups on PE (then the
+    stationary tile is no dependency) but keeps each together: a matmul follows its own load."""
+    for name in ("mlp", "dot_t", "gemm384"):
         ops, untracked, costs = _lowered(name)
-        preds = dependencies(ops, untracked)
+        groups = stationary_groups(ops)
+        preds = dependencies(ops, untracked, chain_stationary=mode != "list")
         result = schedule(ops, costs, untracked, 16, mode)
         assert sorted(result.order) == list(range(len(ops)))
         position = {op: k for k, op in enumerate(result.order)}
@@ -87,6 +90,14 @@ def test_placement_is_a_topological_order(mode):
             assert all(position[p] < position[i] for p in ps), (name, i)
         for i in result.queues:
             assert 0 <= ops[i].attrs["queue"] < 16
+        load = -1
+        for i in (i for i in result.order if ops[i].engine == "pe"):
+            if ops[i].opcode == "load_stationary":
+                load = i
+            elif ops[i].opcode == "multiply_moving":
+                assert load == groups[i], (name, i)
+        if mode == "inorder":
+            assert result.order == list(range(len(ops)))
 
 
 def _stream_of(inst: Instruction) -> str:
