@@ -24,7 +24,7 @@ if str(ROOT) not in sys.path:
 
 from tests.fuzz.choices import RandomChooser  # noqa: E402
 from tests.fuzz.generate import OP_CLASSES, GenConfig, generate  # noqa: E402
-from tests.fuzz.harness import ALL_CONFIGS, SUPPORTED_CLASSES, Failure, run_case  # noqa: E402
+from tests.fuzz.harness import ALL_CONFIGS, EXTRA_CONFIGS, SUPPORTED_CLASSES, Failure, run_case  # noqa: E402
 from tests.fuzz.minimize import drop_unused_parameters, same_failure, save_reproducer, shrink  # noqa: E402
 
 
@@ -65,6 +65,8 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-macs", type=int, default=1 << 20, help="per dot")
     p.add_argument("--max-batch", type=int, default=64, help="batch elements per batched dot")
     p.add_argument("--timeout", type=int, default=120, help="seconds per case")
+    p.add_argument("--extra-configs", action="store_true",
+                   help="also -O2/-O0 with --scheduler inorder and -O2/-O3 with --auto-cast matmult/all")
     p.add_argument("--out", default=str(ROOT / "tests" / "regressions"), help="where reproducers go")
     p.add_argument("--save-per-signature", type=int, default=2, help="reproducers saved per failure signature")
     p.add_argument("--shrink-evaluations", type=int, default=300)
@@ -92,8 +94,8 @@ def _minimize_and_save(program, result, signature: str, config: GenConfig, args,
     configs = result.failing_configs(signature)[:1] or list(ALL_CONFIGS[:1])
     shrunk = shrink(program.choices, config, same_failure(signature, configs),
                     max_evaluations=args.shrink_evaluations, deadline_s=args.timeout)
-    final = run_case(shrunk.program.module, classes=shrunk.program.classes)
-    trimmed = run_case(drop_unused_parameters(shrunk.program.module), classes=shrunk.program.classes)
+    final = run_case(shrunk.program.module, args.configs, classes=shrunk.program.classes)
+    trimmed = run_case(drop_unused_parameters(shrunk.program.module), args.configs, classes=shrunk.program.classes)
     if signature in trimmed.signatures():
         final = trimmed
     if signature not in final.signatures():  # flaky under all configs: keep the original
@@ -122,7 +124,7 @@ def _record(campaign: Campaign, case: int, result, program, config: GenConfig, a
     for f in result.failures:
         by_signature.setdefault(f.signature, f)
     for signature, failure in by_signature.items():
-        levels = sorted({f"-O{c.opt_level}" for c in result.failing_configs(signature)})
+        levels = sorted({str(c).replace(f" {c.target}", "") for c in result.failing_configs(signature)})
         key = f"{signature} [{','.join(levels)}]"  # one bug often fails at the same levels
         entry = campaign.signatures.setdefault(key, {"count": 0, "first_case": case, "example": str(failure),
                                                      "cases": [], "reproducers": []})
@@ -150,7 +152,7 @@ def run(args: argparse.Namespace) -> Campaign:
         program = generate(RandomChooser(f"{args.seed}:{case}"), config)
         signal.alarm(args.timeout)
         try:
-            result = run_case(program.module, classes=program.classes)
+            result = run_case(program.module, args.configs, classes=program.classes)
             signal.alarm(args.timeout * 3)  # shrinking and saving reproducers
             _record(campaign, case, result, program, config, args)
         except CaseTimeout:
@@ -170,7 +172,7 @@ def run(args: argparse.Namespace) -> Campaign:
 def summary(campaign: Campaign, args: argparse.Namespace, seconds: float) -> str:
     lines = [f"fuzz campaign: seed {args.seed}, cases {args.start}..{args.start + campaign.cases - 1}, "
              f"op classes {' '.join(_classes(args.ops))}, {seconds / 60:.1f} min",
-             f"  cases: {campaign.cases} (each at {len(ALL_CONFIGS)} configurations; "
+             f"  cases: {campaign.cases} (each at {len(args.configs)} configurations; "
              f"{campaign.emulator_runs} emulator runs)",
              f"  ok: {campaign.ok}",
              f"  unsupported only: {campaign.unsupported_cases}",
@@ -189,6 +191,7 @@ def summary(campaign: Campaign, args: argparse.Namespace, seconds: float) -> str
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    args.configs = ALL_CONFIGS + (EXTRA_CONFIGS if args.extra_configs else ())
     t0 = time.monotonic()
     campaign = run(args)
     text = summary(campaign, args, time.monotonic() - t0)

@@ -49,12 +49,20 @@ BUG_KINDS = ("rejected", "crash", "checked", "mismatch", "interpreter", "torch")
 class Config:
     opt_level: int
     target: str
+    scheduler: str = "list"
+    auto_cast: str = "none"
 
     def __str__(self) -> str:
-        return f"-O{self.opt_level} {self.target}"
+        extra = "".join(f" --{k.replace('_', '-')} {v}" for k, v in (("scheduler", self.scheduler),
+                                                                      ("auto_cast", self.auto_cast))
+                        if v != getattr(Config, k))
+        return f"-O{self.opt_level} {self.target}{extra}"
 
 
 ALL_CONFIGS = tuple(Config(o, t) for t in TARGETS for o in range(4))
+# more of the compiler, for campaigns: program-order scheduling and mixed precision
+EXTRA_CONFIGS = (Config(2, "trn1", scheduler="inorder"), Config(0, "trn2", scheduler="inorder"),
+                 Config(2, "trn1", auto_cast="matmult"), Config(3, "trn2", auto_cast="all"))
 
 
 @dataclass(frozen=True)
@@ -184,13 +192,13 @@ def run_case(module: Module | str, configs: Iterable[Config] = ALL_CONFIGS, clas
     reference_module = parse_module(text)
     result = CaseResult(text)
     inputs = inputs if inputs is not None else random_inputs(reference_module)
-    exact = _references(result, reference_module, inputs)
+    exact = {"none": _references(result, reference_module, inputs)}
     dtypes = _output_dtypes(reference_module)
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple[str, ...]] = set()
     for config in configs:
         try:
             exe = driver.compile(parse_module(text), target=config.target, opt_level=config.opt_level,
-                                 verify_each=True)
+                                 verify_each=True, scheduler=config.scheduler, auto_cast=config.auto_cast)
         except (CompilationError, UnsupportedOpError) as e:
             unsupported = _is_unsupported(str(e), classes)
             failure = Failure("unsupported" if unsupported else "rejected", type(e).__name__, str(e), config)
@@ -199,7 +207,7 @@ def run_case(module: Module | str, configs: Iterable[Config] = ALL_CONFIGS, clas
         except Exception as e:  # noqa: BLE001 - anything else is a crash of the compiler
             result.failures.append(Failure("crash", _origin(e), str(e), config))
             continue
-        key = (config.target, exe.hlo)
+        key = (config.target, config.scheduler, exe.hlo)
         if key in seen:
             continue
         seen.add(key)
@@ -212,6 +220,11 @@ def run_case(module: Module | str, configs: Iterable[Config] = ALL_CONFIGS, clas
         except Exception as e:  # noqa: BLE001
             result.failures.append(Failure("crash", _origin(e), str(e), config))
             continue
-        if exact is not None:
-            _compare(result, "mismatch", "emulator", outputs, exact, dtypes, config)
+        if config.auto_cast not in exact:
+            try:
+                exact[config.auto_cast] = exact_outputs(reference_module, inputs, config.auto_cast)
+            except NotModeled:
+                exact[config.auto_cast] = None
+        if exact[config.auto_cast] is not None:
+            _compare(result, "mismatch", "emulator", outputs, exact[config.auto_cast], dtypes, config)
     return result

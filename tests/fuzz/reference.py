@@ -269,7 +269,10 @@ def _b_binary(op: str, a: Bounded, b: Bounded) -> tuple[torch.Tensor, torch.Tens
     raise NotModeled(f"binary {op}")
 
 
-def _bounded_step(inst: Instruction, args: list) -> Bounded:
+_CAST_OPS = frozenset(_T_UNARY) | frozenset(_T_BINARY) | {"custom-call", "select", "clamp", "convert"}
+
+
+def _bounded_step(inst: Instruction, args: list, auto_cast: str = "none") -> Bounded:
     op, dtype = inst.opcode, inst.shape.dtype
     if dtype not in UNIT_ROUNDOFF:
         raise NotModeled(f"{inst.where()}: element type {dtype}")
@@ -282,6 +285,11 @@ def _bounded_step(inst: Instruction, args: list) -> Bounded:
         return Bounded(v, torch.zeros_like(v))
     if args and (moved := _layout(inst, args[0].value, [a.value for a in args])) is not None:
         return Bounded(moved, _layout(inst, args[0].err, [a.err for a in args]))
+    cast_all = auto_cast == "all" and dtype == "f32" and op in _CAST_OPS
+    if cast_all or (auto_cast != "none" and op == "dot"):  # what --auto-cast rounds to bf16
+        args = [Bounded(a.value, a.err + UNIT_ROUNDOFF["bf16"] * a.value.abs()) if o.shape.dtype == "f32" else a
+                for a, o in zip(args, inst.operands)]
+        u = UNIT_ROUNDOFF["bf16"] if cast_all else u
     if op in ("iota", "compare", "select", "clamp", "pad"):
         return _bounded_selection(inst, args)
     rel = u
@@ -340,10 +348,13 @@ def _bounded_selection(inst: Instruction, args: list[Bounded]) -> Bounded:
     return Bounded(_pad(x.value, text, value.value), _pad(x.err, text, value.err))
 
 
-def exact_outputs(module: Module, inputs: Sequence[np.ndarray]) -> list[Bounded]:
-    """float64 values of the module's outputs with their rounding-error bounds."""
+def exact_outputs(module: Module, inputs: Sequence[np.ndarray], auto_cast: str = "none") -> list[Bounded]:
+    """float64 values of the module's outputs with their rounding-error bounds (for a compilation with
+    ``--auto-cast auto_cast`` to bf16: dot operands, and with "all" every fp32 elementwise op, in bf16)."""
+    if auto_cast not in ("none", "matmult", "all"):
+        raise NotModeled(f"auto_cast={auto_cast}")
     with torch.no_grad():
-        return _walk(module, inputs, _bounded_step)
+        return _walk(module, inputs, lambda inst, args: _bounded_step(inst, args, auto_cast))
 
 
 def check(actual: np.ndarray, exact: Bounded, dtype: str) -> str | None:
