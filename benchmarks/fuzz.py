@@ -39,6 +39,7 @@ class Campaign:
     unsupported_cases: int = 0
     failing_cases: int = 0
     timeouts: list[int] = field(default_factory=list)
+    harness_errors: list[int] = field(default_factory=list)  # cases where the fuzzer itself failed
     emulator_runs: int = 0
     kinds: Counter = field(default_factory=Counter)  # failure kind -> cases
     unsupported: Counter = field(default_factory=Counter)  # unsupported signature -> cases
@@ -47,6 +48,7 @@ class Campaign:
     def to_dict(self) -> dict:
         return {"cases": self.cases, "ok": self.ok, "unsupported_cases": self.unsupported_cases,
                 "failing_cases": self.failing_cases, "timeouts": self.timeouts,
+                "harness_errors": self.harness_errors,
                 "emulator_runs": self.emulator_runs, "failures_by_kind": dict(self.kinds),
                 "unsupported": dict(self.unsupported), "signatures": self.signatures}
 
@@ -149,15 +151,18 @@ def run(args: argparse.Namespace) -> Campaign:
     signal.signal(signal.SIGALRM, _on_alarm)
     t0 = time.monotonic()
     for case in range(args.start, args.start + args.n):
-        program = generate(RandomChooser(f"{args.seed}:{case}"), config)
         signal.alarm(args.timeout)
         try:
+            program = generate(RandomChooser(f"{args.seed}:{case}"), config)
             result = run_case(program.module, args.configs, classes=program.classes)
             signal.alarm(args.timeout * 3)  # shrinking and saving reproducers
             _record(campaign, case, result, program, config, args)
         except CaseTimeout:
             campaign.timeouts.append(case)
             print(f"  case {case}: timeout after {args.timeout} s", flush=True)
+        except Exception as e:  # noqa: BLE001 - a bug of the fuzzer itself must not end the campaign
+            campaign.harness_errors.append(case)
+            print(f"  case {case}: fuzzer error {type(e).__name__}: {e}", flush=True)
         finally:
             signal.alarm(0)
         campaign.cases += 1
@@ -177,7 +182,8 @@ def summary(campaign: Campaign, args: argparse.Namespace, seconds: float) -> str
              f"  ok: {campaign.ok}",
              f"  unsupported only: {campaign.unsupported_cases}",
              f"  failing: {campaign.failing_cases}  {dict(campaign.kinds)}",
-             f"  timeouts: {len(campaign.timeouts)} {campaign.timeouts[:20]}"]
+             f"  timeouts: {len(campaign.timeouts)} {campaign.timeouts[:20]}",
+             f"  fuzzer errors: {len(campaign.harness_errors)} {campaign.harness_errors[:20]}"]
     if campaign.unsupported:
         lines.append("unsupported (cases):")
         lines += [f"  {n:6d}  {s}" for s, n in campaign.unsupported.most_common()]
