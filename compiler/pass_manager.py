@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 AutoCast = Literal["none", "matmult", "all"]
 AutoCastType = Literal["bf16", "fp8_e4m3"]
-FusionMode = Literal["greedy", "none"]
+FusionMode = Literal["greedy", "cost", "none"]
 
 OPT_LEVELS = (0, 1, 2, 3)
 
@@ -92,7 +92,7 @@ class PipelineOptions:
     def __post_init__(self) -> None:
         _check_choice("auto_cast", self.auto_cast, ("none", "matmult", "all"))
         _check_choice("auto_cast_type", self.auto_cast_type, ("bf16", "fp8_e4m3"))
-        _check_choice("fusion", self.fusion, ("greedy", "none"))
+        _check_choice("fusion", self.fusion, ("greedy", "cost", "none"))
         if self.dump_pass_re is not None:
             try:
                 re.compile(self.dump_pass_re)
@@ -281,8 +281,9 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
       copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
       CSE follows the simplifier, whose rewrites make more expressions identical.
-    * O2 (default), O3: + ``fusion`` (``fusion="none"`` leaves it out). Fusion removes what it fuses, so no
-      DCE follows it. O3 currently equals O2; it is the place for passes that trade compile time for speed.
+    * O2 (default), O3: + ``fusion`` with the strategy ``fusion`` names (``greedy``, ``cost``; ``none`` leaves it
+      out). Fusion removes what it fuses, so no DCE follows it. O3 currently equals O2; it is the place for
+      passes that trade compile time for speed.
 
     ``--disable-pass`` accepts any pass name of any level (disabling ``fusion`` at -O1 is a no-op, not an
     error), so one command line works across levels.
@@ -305,7 +306,7 @@ def build_pipeline(opt_level: int, options: PipelineOptions | None = None) -> Pa
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
-        passes.append(FusionPass())
+        passes.append(FusionPass(strategy=options.fusion))
     every_pass = ["canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
                   "cse", "dce", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

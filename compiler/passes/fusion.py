@@ -20,6 +20,9 @@ e.g. the bias vector, not its broadcast), together with scalar constants they br
 constant that has users outside the fusion is duplicated rather than moved. Fused computations are added
 before the entry as ``fused_computation``, ``fused_computation.1``...; their parameters are ``param_N``.
 
+``strategy="cost"`` (fusion_cost.py) runs the same phases but also duplicates an elementwise producer into a
+consumer's fusion when recomputing it moves fewer HBM bytes than materializing and re-reading it.
+
 Every decision, taken or refused, is recorded as a :class:`FusionDecision` (``fusion_decisions.txt``).
 """
 
@@ -29,6 +32,7 @@ from dataclasses import dataclass, replace
 
 from compiler.hlo.ir import Computation, Instruction, Module
 from compiler.pass_manager import HloPass
+from compiler.passes.fusion_cost import duplication
 from compiler.passes.fusion_prepare import DotReshapeSinking
 from compiler.passes.fusion_rows import fusible, space_reason
 from compiler.passes.utils import constant_value, custom_call_target, insert_before, is_elementwise
@@ -65,7 +69,13 @@ class _Group:
 class FusionPass(HloPass):
     name = "fusion"
 
-    def __init__(self, epilogue: bool = True, loop: bool = True, prepare: bool = True, attention: bool = True):
+    STRATEGIES = ("greedy", "cost")
+
+    def __init__(self, strategy: str = "greedy", epilogue: bool = True, loop: bool = True, prepare: bool = True,
+                 attention: bool = True):
+        if strategy not in self.STRATEGIES:
+            raise ValueError(f"fusion strategy {strategy!r} is not one of {', '.join(self.STRATEGIES)}")
+        self.strategy = strategy
         self.epilogue = epilogue
         self.loop = loop
         self.prepare = prepare
@@ -172,9 +182,14 @@ class FusionPass(HloPass):
         users = comp.users()
         position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
         claimed: set[int] = set()
-        groups = []
+        groups: list[_Group] = []
+        dead: set[int] = set()  # duplicated everywhere it is used: never materialized
         for root in reversed(comp.instructions):
             if root.uid in claimed or not fusible(root) or root.opcode in ("broadcast", "constant", "iota"):
+                continue
+            copies = {u.uid for g in groups if root.uid in g.shared for u in users[root] if u.uid in g.members}
+            if copies and all(u.uid in copies or u.uid in dead for u in users[root]) and root is not comp.root:
+                dead.add(root.uid)
                 continue
             group = _Group(root, "kLoop", {root.uid: root}, set())
             claimed.add(root.uid)
@@ -192,24 +207,34 @@ class FusionPass(HloPass):
     def _grow(self, group: _Group, users: dict[Instruction, list[Instruction]], position: dict[int, int],
               claimed: set[int]) -> None:
         """Absorb producers into `group` until nothing more fits; a producer whose users are not all in
-        the group yet waits until they are."""
+        the group yet waits until they are. When growth stalls, the cost strategy may recompute a
+        waiting producer inside the group (fusion_cost.duplication)."""
         waiting: dict[int, tuple[Instruction, Instruction]] = {}
         worklist = [group.root]
-        while worklist:
-            consumer = worklist.pop()
-            for producer in dict.fromkeys(consumer.operands):
-                if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES:
-                    continue
-                if producer.opcode == "broadcast" and not self._computed(producer.operands[0], claimed):
-                    continue  # a broadcast of an operand: absorbed below, as a view
-                verdict = self._loop_verdict(producer, users, claimed)
-                if verdict is not None:
-                    self._record(producer, consumer, False, verdict, group.kind)
-                    continue
-                if any(u.uid not in group.members for u in users[producer]):
-                    waiting[producer.uid] = (producer, consumer)
-                    continue
-                worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
+        while True:
+            while worklist:
+                consumer = worklist.pop()
+                for producer in dict.fromkeys(consumer.operands):
+                    if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES:
+                        continue
+                    if producer.opcode == "broadcast" and not self._computed(producer.operands[0], claimed):
+                        continue  # a broadcast of an operand: absorbed below, as a view
+                    verdict = self._loop_verdict(producer, users, claimed)
+                    if verdict is not None:
+                        self._record(producer, consumer, False, verdict, group.kind)
+                        continue
+                    if any(u.uid not in group.members for u in users[producer]):
+                        waiting[producer.uid] = (producer, consumer)
+                        continue
+                    worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
+            if self.strategy != "cost" or not waiting:
+                break
+            producer, consumer = waiting.pop(next(iter(waiting)))
+            duplicate, reason = duplication(producer, group.members)
+            if duplicate:
+                worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting, reason)
+            else:
+                self._record(producer, consumer, False, reason, group.kind)
         for producer, consumer in waiting.values():
             outside = [u for u in users[producer] if u.uid not in group.members]
             names = ", ".join(f"%{u.name}" for u in outside)
@@ -218,9 +243,10 @@ class FusionPass(HloPass):
 
     def _try_add(self, group: _Group, producer: Instruction, consumer: Instruction,
                  users: dict[Instruction, list[Instruction]], position: dict[int, int], claimed: set[int],
-                 waiting: dict[int, tuple[Instruction, Instruction]]) -> list[Instruction]:
+                 waiting: dict[int, tuple[Instruction, Instruction]], duplicated: str = "") -> list[Instruction]:
         """Add `producer` if one kernel can still compute the group; returns the new members (producers
-        that were waiting for it come along)."""
+        that were waiting for it come along). A duplicated producer (`duplicated`: why), or one feeding a
+        duplicated member (which stays in place), is copied into the fusion and left for its other users."""
         members = sorted([*group.members.values(), producer], key=lambda m: position[m.uid])
         reason = space_reason(members)
         kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
@@ -228,8 +254,13 @@ class FusionPass(HloPass):
             self._record(producer, consumer, False, reason, kind)
             return []
         group.members[producer.uid] = producer
-        claimed.add(producer.uid)
-        self._record(producer, consumer, True, _fused_reason(producer), kind)
+        if duplicated or any(u.uid in group.shared for u in users[producer]):
+            group.shared.add(producer.uid)
+            why = duplicated or "feeds a duplicated member (copied along)"
+        else:
+            claimed.add(producer.uid)
+            why = _fused_reason(producer)
+        self._record(producer, consumer, True, why, kind)
         added = [producer]
         ready = [w for w in waiting.values() if all(u.uid in group.members for u in users[w[0]])]
         for p, c in ready:
@@ -291,11 +322,13 @@ class FusionPass(HloPass):
         for group in sorted(groups, key=lambda g: position[g.root.uid]):  # number fusions in program order
             self._build(module, comp, group)
             shared.update((uid, group.members[uid]) for uid in group.shared)
-        if shared:  # a duplicated broadcast/constant whose users all got fused is now dead
+        dead = True
+        while shared and dead:  # duplicated members whose users all got fused are now dead
             users = comp.users()
-            for inst in shared.values():
-                if not users[inst] and inst is not comp.root:
-                    comp.remove(inst)
+            dead = [inst for inst in shared.values() if inst in users and not users[inst] and inst is not comp.root]
+            for inst in dead:
+                comp.remove(inst)
+                del shared[inst.uid]
         return bool(groups)
 
     @staticmethod

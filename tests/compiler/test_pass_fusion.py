@@ -53,3 +53,9 @@ def test_golden_rows():
 def test_golden_attention():
     """The frontend's attention (dots over merged heads with reshapes around) as one kCustom fusion."""
     run_golden("fusion_attention", [FusionPass()], rtol=1e-5, atol=1e-6)
+
+
+def test_golden_rows_cost():
+    """The cost strategy: the softmax whose rows are too long for one kernel recomputes exp in the row-sum
+    and normalize kernels instead of writing it to memory."""
+    run_golden("fusion_rows_cost", [FusionPass(strategy="cost")], rtol=1e-5, atol=1e-6, source="fusion_rows")
