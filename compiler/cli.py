@@ -51,7 +51,7 @@ def _add_run_and_profile(sub: argparse._SubParsersAction) -> None:
         src = p.add_mutually_exclusive_group()
         src.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per input, in order")
         src.add_argument("--random", action="store_true", help="random inputs (the default)")
-        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--seed", type=_seed, default=0, help="seed of the --random inputs (>= 0)")
         p.add_argument("--check", action="store_true", help="checked mode: races and uninitialized reads")
         if name == "run":
             p.add_argument("--output", help="write the outputs to this .npz")
@@ -74,6 +74,16 @@ def _add_tools(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_list_operators)
 
 
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; seeds are integers >= 0")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="neuronc", description="PyTorch to simulated NeuronCore compiler")
     parser.add_argument("--verbose", action="store_true", help="show tracebacks on errors")
@@ -93,6 +103,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     output = args.output or str(Path(args.model).with_suffix(".neff").name)
     check_writable(output, "the output .neff")
+    if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
+        raise NeuroncError(f"--dump-dir {args.dump_dir} exists and is not a folder")
     if not args.verbose:
         quiet_torch()
     model, example_inputs = load_model_file(args.model, args.entry)

@@ -378,6 +378,20 @@ def test_unwritable_outputs_are_refused_before_work(good_neff, tmp_path, capsys)
     fails(capsys, ["asm", str(tmp_path / "g.hlo"), "-o", str(tmp_path / "no" / "p.neff")], "does not exist")
 
 
+def test_bad_options(good_neff, tmp_path, capsys):
+    (tmp_path / "g.hlo").write_text(GOOD_HLO)
+    compile_ = ["compile", str(tmp_path / "g.hlo"), "-o", str(tmp_path / "g.neff")]
+    fails(capsys, compile_ + ["--dump-dir", str(tmp_path / "g.hlo")], "--dump-dir", "is not a folder")
+    fails(capsys, compile_ + ["--dump-dir", str(tmp_path / "d"), "--dump-pass-re", "(unclosed"],
+          "PassOptionError", "--dump-pass-re '(unclosed' is not a valid regex")
+    fails(capsys, compile_ + ["--disable-pass", "nosuchpass"], "unknown pass name(s) nosuchpass", "known passes")
+    fails(capsys, compile_ + ["--fusion", "weird"], "fusion='weird'")
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", str(good_neff), "--seed", "-5"])
+    assert exit_.value.code == 2 and "seeds are integers >= 0" in capsys.readouterr().err
+    assert not (tmp_path / "g.neff").exists()
+
+
 def test_failed_compile_leaves_no_partial_neff_and_keeps_an_old_one(tmp_path, capsys):
     (tmp_path / "bad.hlo").write_text(HLO_CASES["cycle"][0])
     out = tmp_path / "x.neff"
