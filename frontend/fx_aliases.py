@@ -274,6 +274,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     torch.all: (_overload("aten.all.default", "aten.all.dim"), _reduce_dim),
     torch.var: ("aten.var.correction", _var),
     torch.std: ("aten.std.correction", _var),
+    torch.var_mean: ("aten.var_mean.correction", _var),
+    torch.std_mean: ("aten.std_mean.correction", _var),
     torch.round: (lambda x, **k: "aten.round.decimals" if k.get("decimals") else "aten.round.default", _round),
     torch.where: ("aten.where.self", _same),
     torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),

@@ -36,6 +36,7 @@ _DESCRIPTIVE = frozenset({
     "shape", "dtype", "device", "ndim", "layout", "is_nested", "is_cuda", "is_sparse", "is_quantized",
     "is_meta", "is_mkldnn", "is_cpu", "is_xpu", "is_mps", "requires_grad", "size", "dim", "numel", "nelement",
     "stride", "is_floating_point", "is_complex", "is_contiguous", "element_size", "get_device", "ndimension",
+    "new_tensor",  # a constant of x's dtype: depends on x's type only
 })
 # torch functions that only describe their tensor argument: evaluated, never recorded.
 _DESCRIPTIVE_FUNCTIONS = frozenset({torch.is_floating_point, torch.is_complex, torch.numel})

@@ -6,9 +6,10 @@ import functools
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
-from compiler.hlo.ir import Instruction
+from compiler.hlo.ir import Instruction, numpy_dtype
 
 from .builder import HLO_TO_TORCH, HloBuilder, hlo_dtype
 from .ops_common import Value, float_dtype, is_float, operand, require, result_dtype
@@ -196,6 +197,37 @@ def _compare(direction: str):
     return rule
 
 
+def isnan(b: HloBuilder, x: Instruction) -> Instruction:
+    """``x != x`` (only NaN differs from itself); integers are never NaN."""
+    return b.compare(x, x, "NE")
+
+
+def isinf(b: HloBuilder, x: Instruction) -> Instruction:
+    if not is_float(x.shape.dtype):
+        return b.full(False, "pred", x.shape.dims)
+    return b.compare(b.unary("abs", x), b.full(np.inf, x.shape.dtype, x.shape.dims), "EQ")
+
+
+def isfinite(b: HloBuilder, x: Instruction) -> Instruction:
+    if not is_float(x.shape.dtype):
+        return b.full(True, "pred", x.shape.dims)
+    return b.emit("is-finite", x.shape.with_dtype("pred"), [x])
+
+
+def nan_to_num(b: HloBuilder, x: Instruction, nan: float | None = None, posinf: float | None = None,
+               neginf: float | None = None) -> Instruction:
+    """NaN -> ``nan`` (0), +inf -> ``posinf`` (the dtype's max), -inf -> ``neginf`` (its lowest)."""
+    if not is_float(x.shape.dtype):
+        return x
+    info = np.finfo(numpy_dtype(x.shape.dtype))
+    dims, dtype = x.shape.dims, x.shape.dtype
+    out = b.select(isnan(b, x), b.full(0.0 if nan is None else nan, dtype, dims), x)
+    out = b.select(b.compare(x, b.full(np.inf, dtype, dims), "EQ"),
+                   b.full(float(info.max) if posinf is None else posinf, dtype, dims), out)
+    return b.select(b.compare(x, b.full(-np.inf, dtype, dims), "EQ"),
+                    b.full(float(info.min) if neginf is None else neginf, dtype, dims), out)
+
+
 def where(b: HloBuilder, cond: Instruction, x: Value, y: Value) -> Instruction:
     dtype = result_dtype(x, y)
     return b.select(b.convert(cond, "pred"), operand(b, x, dtype), operand(b, y, dtype))
@@ -325,6 +357,10 @@ RULES = {
     "aten.ge.Tensor": _compare("GE"),
     "aten.ge.Scalar": _compare("GE"),
     "aten.where.self": where,
+    "aten.isnan.default": isnan,
+    "aten.isinf.default": isinf,
+    "aten.isfinite.default": isfinite,
+    "aten.nan_to_num.default": nan_to_num,
     "aten.logical_not.default": logical_not,
     "aten.bitwise_not.default": bitwise_not,
     "aten.masked_fill.Scalar": masked_fill,

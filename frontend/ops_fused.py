@@ -34,9 +34,15 @@ def _attention(b: HloBuilder, q: Instruction, k: Instruction, v: Instruction, em
                proj_bias: Instruction) -> Instruction:
     require(q.shape.rank == 3, f"the fused attention takes batched (B, L, E) inputs, got {list(q.shape.dims)}")
     require(embed_dim % num_heads == 0, f"embed_dim {embed_dim} does not split into {num_heads} heads")
+    if q is k is v:  # self-attention: one packed projection, then q, k, v are slices of its result
+        packed = linear(b, q, qkv_weight, qkv_bias)
+        projected = [b.slice(packed, [(0, packed.shape.dims[0], 1), (0, packed.shape.dims[1], 1),
+                                      (i * embed_dim, (i + 1) * embed_dim, 1)]) for i in range(3)]
+    else:
+        projected = [linear(b, x, _rows(b, qkv_weight, i, embed_dim), _rows(b, qkv_bias, i, embed_dim))
+                     for i, x in enumerate((q, k, v))]
     heads = []
-    for i, x in enumerate((q, k, v)):
-        p = linear(b, x, _rows(b, qkv_weight, i, embed_dim), _rows(b, qkv_bias, i, embed_dim))
+    for p in projected:
         bsz, length, _ = p.shape.dims
         p = b.reshape(p, [bsz, length, num_heads, embed_dim // num_heads])
         heads.append(b.transpose(p, [0, 2, 1, 3]))

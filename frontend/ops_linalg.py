@@ -145,6 +145,13 @@ def baddbmm(b: HloBuilder, bias: Instruction, a: Instruction, m: Instruction, be
     return b.binary("add", out, b.broadcast_to(_scale(b, b.convert(bias, out.shape.dtype), beta), out.shape.dims))
 
 
+def outer(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
+    """``x[:, None] * y[None, :]`` (no sum: an elementwise product, not a dot)."""
+    require(x.shape.rank == 1 and y.shape.rank == 1, "outer takes two vectors")
+    dims = [x.shape.dims[0], y.shape.dims[0]]
+    return b.binary("multiply", b.broadcast(x, dims, (0,)), b.broadcast(b.convert(y, x.shape.dtype), dims, (1,)))
+
+
 # ---- einsum -------------------------------------------------------------------------------------
 def _parse_einsum(equation: str, ranks: Sequence[int]) -> tuple[list[str], str]:
     """Operand subscripts and output subscripts, with ``...`` spelled out as upper-case letters."""
@@ -219,4 +226,5 @@ RULES = {
     "aten.scaled_dot_product_attention.default": scaled_dot_product_attention,
     "aten.baddbmm.default": baddbmm,
     "aten.einsum.default": einsum,
+    "aten.outer.default": outer,
 }

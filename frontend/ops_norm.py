@@ -1,4 +1,4 @@
-"""Normalizations: layer_norm, batch_norm (inference), group_norm, rms_norm.
+"""Normalizations: layer_norm, batch_norm (inference), group_norm, instance_norm, rms_norm.
 
 Each is written out in reductions and elementwise ops over the normalized dims: ``x - mean`` and
 ``rsqrt(var + eps)`` broadcast back, then the affine weight and bias broadcast along their dims.
@@ -163,6 +163,21 @@ def native_group_norm(b: HloBuilder, x: Instruction, weight: Instruction | None,
     return _group_norm(b, x, group, weight, bias, eps)
 
 
+def instance_norm(b: HloBuilder, x: Instruction, weight: Instruction | None, bias: Instruction | None,
+                  running_mean: Instruction | None, running_var: Instruction | None, use_input_stats: bool,
+                  momentum: float, eps: float, cudnn_enabled: bool) -> Instruction:
+    """Statistics of each (sample, channel) over its spatial positions; or the running ones, as batch
+    norm does, when the module tracks them and is in eval mode."""
+    if not use_input_stats:
+        require(running_mean is not None and running_var is not None, "instance_norm without statistics")
+        return _batch_norm(b, x, weight, bias, running_mean, running_var, eps)
+    require(x.shape.rank >= 3, f"instance_norm needs spatial dims, got {list(x.shape.dims)}")
+    out_dtype, compute = _compute_dtype(x)
+    x = b.convert(x, compute)
+    out, _, _ = _normalize(b, x, list(range(2, x.shape.rank)), eps)
+    return b.convert(_affine(b, out, _along(b, weight, x, 1), _along(b, bias, x, 1)), out_dtype)
+
+
 def dropout(b: HloBuilder, x: Instruction, p: float, train: Any) -> Instruction:
     """Identity at inference; dropout in training mode draws random numbers and is refused."""
     require(not train or p == 0, f"dropout in training mode (p={p}) is not supported: compiled graphs are for "
@@ -178,5 +193,6 @@ RULES = {
     "aten._native_batch_norm_legit_no_training.default": batch_norm_no_training,
     "aten.group_norm.default": group_norm,
     "aten.native_group_norm.default": native_group_norm,
+    "aten.instance_norm.default": instance_norm,
     "aten.dropout.default": dropout,
 }

@@ -95,6 +95,19 @@ def std(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = None,
     return b.unary("sqrt", var(b, x, dim, correction, keepdim))
 
 
+def var_mean(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = None,
+             keepdim: bool = False) -> tuple[Instruction, Instruction]:
+    xf = b.convert(x, float_dtype(x))
+    dims = norm_dims(dim, xf.shape.rank)
+    return var(b, x, dim, correction, keepdim), _finish(b, mean_over(b, xf, dims), xf, dims, keepdim)
+
+
+def std_mean(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = None,
+             keepdim: bool = False) -> tuple[Instruction, Instruction]:
+    v, m = var_mean(b, x, dim, correction, keepdim)
+    return b.unary("sqrt", v), m
+
+
 def prod_dim(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False, dtype: Any = None) -> Instruction:
     x = b.convert(x, _accumulation_dtype(x, dtype))
     dims = [norm_dim(dim, x.shape.rank)]
@@ -275,6 +288,8 @@ RULES = {
     "aten.amin.default": _extremum("min"),
     "aten.var.correction": var,
     "aten.std.correction": std,
+    "aten.var_mean.correction": var_mean,
+    "aten.std_mean.correction": std_mean,
     "aten.prod.dim_int": prod_dim,
     "aten.prod.default": prod_all,
     "aten.max.default": _full_reduction("max"),

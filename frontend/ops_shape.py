@@ -246,6 +246,18 @@ def repeat(b: HloBuilder, x: Instruction, repeats: Sequence[int]) -> Instruction
     return b.reshape(out, [r * n for r, n in zip(reps, dims)])
 
 
+def diff(b: HloBuilder, x: Instruction, n: int = 1, dim: int = -1, prepend: Instruction | None = None,
+         append: Instruction | None = None) -> Instruction:
+    """``x[1:] - x[:-1]`` along ``dim``, ``n`` times, after joining prepend / x / append."""
+    d = norm_dim(dim, x.shape.rank)
+    out = cat(b, [t for t in (prepend, x, append) if t is not None], d)
+    for _ in range(n):
+        size = out.shape.dims[d]
+        later, earlier = slice_(b, out, d, 1, size), slice_(b, out, d, 0, max(size - 1, 0))
+        out = b.binary("xor" if out.shape.dtype == "pred" else "subtract", later, earlier)
+    return out
+
+
 def pad(b: HloBuilder, x: Instruction, pad: Sequence[int], mode: str = "constant",
         value: float | None = None) -> Instruction:
     """F.pad: constant (HLO pad), or reflect / replicate / circular from slices and concatenates."""
@@ -327,5 +339,6 @@ RULES = {
     "aten.roll.default": roll,
     "aten.repeat.default": repeat,
     "aten.pad.default": pad,
+    "aten.diff.default": diff,
     "aten.constant_pad_nd.default": constant_pad_nd,
 }

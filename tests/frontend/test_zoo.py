@@ -19,7 +19,7 @@ import frontend
 from compiler.hlo.interpreter import evaluate
 from frontend.dynamo import NeuroncFallbackWarning
 from tests.conftest import assert_close
-from tests.frontend.zoo import EMULATED, ZOO
+from tests.frontend.zoo import COMPILE_OPTIONS, EMULATED, ZOO
 
 
 @functools.cache
@@ -55,7 +55,7 @@ def test_capture_matches_torch(name: str, capture: str):
 def test_torch_compile_matches_torch(name: str):
     model, inputs, expected = _model(name)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="neuronc", dynamic=False)
+    compiled = torch.compile(model, backend="neuronc", dynamic=False, options=COMPILE_OPTIONS.get(name))
     with warnings.catch_warnings(record=True) as caught, torch.no_grad():
         warnings.simplefilter("always", NeuroncFallbackWarning)
         actual = tree_leaves(compiled(*inputs))
