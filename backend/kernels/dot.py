@@ -168,9 +168,9 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, mt, dry_leaves, acc=dry_acc, coords=Coords(
         p_axis, 0, ((f_axis, 0, mt),))).run(plan.epilogue, dry_acc))
 
-    def pool_specs(resident: bool) -> tuple[list[PoolSpec], int, int, int]:
+    def pool_specs(resident: bool, caps: tuple[int, int]) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
-        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes)
+        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
@@ -188,10 +188,14 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                            1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
-    specs, blocks, group, first = pool_specs(True)
+    caps = (opts.max_stationary_blocks, opts.group_banks)
+    specs, blocks, group, first = pool_specs(True, caps)
     resident = nk * F * csz <= opts.moving_resident_bytes and builder.alloc.fits(specs)
-    if not resident:
-        specs, blocks, group, first = pool_specs(False)
+    while not resident:  # streamed: fewer moving tiles, then fewer stationary blocks, until the pools fit
+        specs, blocks, group, first = pool_specs(False, caps)
+        if builder.alloc.fits(specs) or caps == (1, 1):
+            break
+        caps = (caps[0], caps[1] - 1) if caps[1] > 1 else (caps[0] - 1, 1)
     groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
     psum_banks = sum(s.bufs for s in specs if s.memory == "psum")
     if psum_banks > builder.alloc.banks:
@@ -306,15 +310,15 @@ def _first_blocks(n_p: int, n_f: int, opts) -> int:
     return max(1, min(n_p, opts.max_stationary_blocks, opts.psum_acc_banks // max(1, min(n_f, 2))))
 
 
-def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int) -> tuple[int, int]:
+def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: tuple[int, int]) -> tuple[int, int]:
     """(R, G): R stationary blocks x G moving tiles accumulate together (R*G PSUM banks, half the
-    accumulator pool so the next group never waits for an epilogue). Minimizes the operand bytes that
-    must arrive per unit of PE work, (R * stat_bytes + G * mov_bytes) / (R * G), which sets how long PE
-    waits for its first results; ties go to larger G (fewer stationary loads)."""
+    accumulator pool so the next group never waits for an epilogue; R and G at most `caps`). Minimizes
+    the operand bytes that must arrive per unit of PE work, (R * stat_bytes + G * mov_bytes) / (R * G),
+    which sets how long PE waits for its first results; ties go to larger G (fewer stationary loads)."""
     budget = max(1, opts.psum_acc_banks // 2)
     best: tuple[tuple[float, int], int, int] | None = None
-    for r in range(1, min(n_p, opts.max_stationary_blocks) + 1):
-        for g in range(1, min(n_f, opts.group_banks) + 1):
+    for r in range(1, min(n_p, caps[0]) + 1):
+        for g in range(1, min(n_f, caps[1]) + 1):
             if r * g > budget:
                 continue
             key = ((r * stat_bytes + g * mov_bytes) / (r * g), -g)

@@ -1,0 +1,53 @@
+"""Every model of the frontend's zoo compiled (compiler.compile, export capture) and emulated against eager
+torch, in fp32 and with bf16 auto-cast; the GPT-style block also with each fusion strategy."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+import torch
+from torch.utils._pytree import tree_leaves
+
+import compiler
+from compiler.errors import CompilationError
+from tests.conftest import TOLERANCES
+from tests.frontend.zoo import ZOO
+
+# ops of these models whose kernels (gather, reduce-window) belong to another op class of the backend
+OTHER_KERNELS = {"hf_gpt2": "reduce-window", "hf_bert": "gather"}
+
+
+@functools.cache
+def _model(name: str):
+    torch.manual_seed(0)
+    model, inputs = ZOO[name]()
+    with torch.no_grad():
+        expected = [t.detach().float().numpy() for t in tree_leaves(model(*inputs))]
+    return model, inputs, expected
+
+
+def _run(name: str, cast: str, fusion: str = "greedy") -> None:
+    model, inputs, expected = _model(name)
+    try:
+        exe = compiler.compile(model, inputs, auto_cast=cast, fusion=fusion)
+    except CompilationError as e:
+        if name in OTHER_KERNELS and OTHER_KERNELS[name] in str(e):
+            pytest.xfail(f"needs the {OTHER_KERNELS[name]} kernel for this form: {e}")
+        raise
+    outputs = exe.run(*inputs)
+    assert len(outputs) == len(expected)
+    for out, ref in zip(outputs, expected, strict=True):
+        np.testing.assert_allclose(np.asarray(out, np.float32), ref, **TOLERANCES["f32" if cast == "none" else "bf16"])
+
+
+@pytest.mark.parametrize("cast", ["none", "matmult"])
+@pytest.mark.parametrize("name", list(ZOO))
+def test_zoo_model(name: str, cast: str):
+    _run(name, cast)
+
+
+@pytest.mark.parametrize("fusion", ["none", "cost"])
+def test_gpt_block_fusion_strategies(fusion: str):
+    _run("gpt_block", "none", fusion)
