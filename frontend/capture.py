@@ -189,7 +189,7 @@ def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str 
     constants = {}
     for node in graph.nodes:
         if node.op == "get_attr":
-            value = _get_attr(gm, node.target)
+            value = attribute(gm, node.target)
             if isinstance(value, torch.Tensor):
                 constants[node] = (node.target, value)
     output_node = next(n for n in graph.nodes if n.op == "output")
@@ -198,7 +198,8 @@ def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str 
     return CapturedGraph(name, graph, inputs, constants, outputs, "fx", root=gm)
 
 
-def _get_attr(module: torch.nn.Module, target: str) -> Any:
+def attribute(module: torch.nn.Module, target: str) -> Any:
+    """``module.a.b.c`` for target "a.b.c"."""
     value: Any = module
     for part in target.split("."):
         value = getattr(value, part)

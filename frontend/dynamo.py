@@ -33,7 +33,7 @@ from torch.utils import _pytree as pytree
 from compiler.errors import NeuroncError
 
 from .builder import HLO_TO_TORCH
-from .capture import capture_fx
+from .capture import attribute, capture_fx
 from .lowering import lower_graph
 
 _graph_ids = itertools.count()
@@ -44,7 +44,7 @@ class NeuroncFallbackWarning(UserWarning):
 
 
 def _eager(gm: fx.GraphModule, why: str) -> Callable[..., Any]:
-    warnings.warn(f"neuronc: running graph {gm.__class__.__name__} ({_op_count(gm)} ops) eagerly: {why}",
+    warnings.warn(f"neuronc: running a torch.compile graph ({_op_count(gm)} ops) eagerly: {why}",
                   NeuroncFallbackWarning, stacklevel=3)
     return gm.forward
 
@@ -112,8 +112,7 @@ def _frozen(gm: fx.GraphModule, weights: dict[int, str], inputs: Sequence[Any]) 
     attrs: dict[str, Any] = {}
     for node in list(graph.nodes):
         if node.op in ("get_attr", "call_module"):
-            attrs[node.target] = gm.get_submodule(node.target) if node.op == "call_module" else \
-                fx_trace_attribute(gm, node.target)
+            attrs[node.target] = attribute(gm, node.target)
     for i, node in enumerate([n for n in graph.nodes if n.op == "placeholder"]):
         if i in weights:
             key = weights[i] or node.name
@@ -124,13 +123,6 @@ def _frozen(gm: fx.GraphModule, weights: dict[int, str], inputs: Sequence[Any]) 
             node.replace_all_uses_with(value)
             graph.erase_node(node)
     return fx.GraphModule(attrs, graph)
-
-
-def fx_trace_attribute(module: torch.nn.Module, target: str) -> Any:
-    value: Any = module
-    for part in target.split("."):
-        value = getattr(value, part)
-    return value
 
 
 def _signature(inputs: Sequence[Any], weights: dict[int, str]) -> tuple:
