@@ -22,6 +22,7 @@ from backend.emit import ProgramBuilder
 from backend.kernels.evaluate import Coords, PVec, Temporaries, TempStore, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, leaf, substitute_views, unary, varies, view_nodes, walk
 from backend.kernels.leaves import LeafLoader
+from backend.kernels.transpose import can_transpose, transpose_kernel
 from backend.layout import View, itemsize, normalize_axes
 from compiler.errors import CompilationError
 
@@ -291,6 +292,11 @@ def copy_kernel(builder: ProgramBuilder, src: View, out: View, name: str, where:
     else through SBUF with a converting copy."""
     if src.cast is not None or src.dtype != out.dtype:
         fused_kernel(builder, unary("convert", leaf(src), out.dtype), out, name, where)
+        return
+    views, _ = normalize_axes([out, src], storage_order(out))
+    if views[0].size > builder.options.strided_dma_max_elements and can_transpose(views[1], views[0]):
+        builder.layout_notes.append(f"{name}: transposed on PE ({list(src.dims)})")
+        transpose_kernel(builder, views[1], views[0], name, where)
         return
     builder.place(src)
     views = [out, src]
