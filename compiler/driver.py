@@ -136,6 +136,12 @@ def load(path: str | os.PathLike) -> Executable:
     from isa import neff
 
     program = neff.load(os.fspath(path))
+    for kind, names in (("input", program.inputs), ("output", program.outputs)):
+        for name in names:
+            decl = program.tensors.get(name)
+            if decl is None or decl.kind != kind:
+                raise NeuroncError(f"{os.fspath(path)}: malformed program: its {kind} {name!r} is not a declared "
+                                   f"{kind} tensor")
     try:
         load_target(program.target)
     except NeuroncError as e:
@@ -197,9 +203,13 @@ def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOp
         text = os.fspath(model)
         from compiler.hlo.parser import parse_module
 
-        if "HloModule" in text:
+        if "HloModule" in text or "\n" in text:  # HLO text (a path has neither)
             return parse_module(text), text, None
-        if not Path(text).is_file():
+        try:
+            is_file = Path(text).is_file()
+        except OSError as e:  # e.g. a name too long for the file system
+            raise ModelLoadError(f"{text[:80]}: not HLO text and not a readable file ({e.strerror})") from None
+        if not is_file:
             raise ModelLoadError(f"{text}: no such HLO file")
         module, hlo_text = _load_hlo(text, target_machine)
         return module, hlo_text, text

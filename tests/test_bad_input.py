@@ -178,6 +178,27 @@ def test_neff_that_is_a_folder_or_missing(tmp_path, capsys):
     fails(capsys, ["run", str(tmp_path / "none.neff")], "none.neff", "No such file")
 
 
+def test_neff_whose_header_names_undeclared_outputs(tmp_path, capsys):
+    from isa import neff
+    from isa.asm import parse_program
+
+    program = parse_program(GOOD_ASM)
+    program.outputs = ["bogus"]
+    neff.save(program, tmp_path / "p.neff")  # a consistent checksum over an inconsistent header
+    fails(capsys, ["run", str(tmp_path / "p.neff")], "p.neff", "malformed program", "output 'bogus'")
+
+
+def test_python_api_hlo_text_or_path():
+    from compiler.errors import HloParseError, ModelLoadError
+
+    with pytest.raises(HloParseError, match="expected 'HloModule'"):
+        compiler.compile("ENTRY %main () -> f32[] {\n  ROOT %c = f32[] constant(1)\n}\n")
+    with pytest.raises(ModelLoadError, match="not HLO text and not a readable file"):
+        compiler.compile("x" * 5000)
+    with pytest.raises(ModelLoadError, match="no such HLO file"):
+        compiler.compile("missing.hlo")
+
+
 def test_neff_for_an_unknown_target(tmp_path, capsys):
     (tmp_path / "p.s").write_text(GOOD_ASM)
     assert main(["asm", str(tmp_path / "p.s"), "-o", str(tmp_path / "p.neff")]) == 0
