@@ -9,9 +9,11 @@ each operation it records on the example inputs as well, so that
 - control flow on such values (``if``, ``len``, iteration, ``range(n)``) follows the path the example
   inputs take; control flow on tensor *data* is still refused (torch's TraceError);
 - every node carries ``meta["val"]``: its result as a meta tensor (shape and dtype) or a Python value;
-- an in-place method (``y.masked_fill_(m, v)``) is recorded as itself and the caller's proxy is rebound to
-  its result, so later uses of ``y`` see the new value (fx_aliases lowers it as the out-of-place op);
-  refused on an input, a weight or a view, whose mutation would have to reach another tensor.
+- an in-place method (``y.masked_fill_(m, v)``) or an item assignment (``y[:, 0] = v``) is recorded as
+  itself and the caller's proxy is rebound to its result, so later uses of ``y`` see the new value
+  (fx_aliases lowers the method as its out-of-place op, ops_update the assignment); refused on an
+  input, a weight or a view, whose mutation would have to reach another tensor. Augmented
+  assignments (``y += 1``) rebind the name only, as plain fx does.
 
 A GraphModule (a TorchDynamo graph) is replayed node by node so that the nodes keep its stack traces.
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import types
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -72,6 +75,10 @@ class ConcreteProxy(fx.Proxy):
                            args: tuple[Any, ...] | None = None, kwargs: dict[str, Any] | None = None) -> Any:
         args, kwargs = args or (), kwargs or {}
         tracers = {p.tracer for p in _proxies(args, kwargs)}
+        name = getattr(orig_method, "__name__", "")
+        if (name == "__setitem__" or is_inplace_method(name)) and args and not isinstance(args[0], fx.Proxy):
+            raise TraceError(f"{name} writes traced values into a tensor made from constants, which stays a "
+                             "constant: make it from an input instead (x.new_zeros(...), torch.zeros_like(x))")
         if len(tracers) == 1:
             tracer = next(iter(tracers))
             if isinstance(tracer, ConcreteTracer) and orig_method in _DESCRIPTIVE_FUNCTIONS:
@@ -80,6 +87,10 @@ class ConcreteProxy(fx.Proxy):
             if isinstance(tracer, ConcreteTracer) and tracer.inline(orig_method):
                 return _without_dispatch(orig_method)(*args, **kwargs)
         return super().__torch_function__(orig_method, types_, args, kwargs)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        """``x[key] = value``: recorded as operator.setitem, and x rebound to the updated tensor."""
+        self.tracer.create_proxy("call_function", operator.setitem, (self, key, value), {})
 
     def __len__(self) -> int:
         return len(self.value)
@@ -165,11 +176,14 @@ class ConcreteTracer(fx.Tracer):
     def create_proxy(self, kind: str, target: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                      name: str | None = None, type_expr: Any | None = None,
                      proxy_factory_fn: Callable[[fx.Node], fx.Proxy] | None = None) -> fx.Proxy:
-        inplace = kind == "call_method" and is_inplace_method(target) and isinstance(args[0], ConcreteProxy)
+        inplace = ((kind == "call_method" and is_inplace_method(target)) or target is operator.setitem) and \
+            isinstance(args[0], ConcreteProxy)
         if inplace:
-            self._check_mutable(args[0], target)
+            self._check_mutable(args[0], getattr(target, "__name__", target))
         proxy = super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
         value = self._execute(kind, target, proxy.node)
+        if target is operator.setitem:  # setitem returns None; the node stands for the updated tensor
+            value = self.values[args[0].node]
         self.values[proxy.node] = value
         proxy.node.meta["val"] = _as_meta(value)
         if inplace:  # from now on the mutated tensor is the result: rebind the caller's proxy to it, and

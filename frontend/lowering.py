@@ -37,6 +37,7 @@ from . import (
     ops_reduce,
     ops_resize,
     ops_shape,
+    ops_update,
 )
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
 from .capture import Call, CapturedGraph
@@ -47,7 +48,7 @@ Rule = Callable[..., Any]
 def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
     for mod in (ops_elementwise, ops_activation, ops_shape, ops_create, ops_index, ops_linalg, ops_conv, ops_reduce,
-                ops_norm, ops_fused, ops_resize):
+                ops_norm, ops_fused, ops_resize, ops_update):
         for name, rule in mod.RULES.items():
             if name in table:
                 raise RuntimeError(f"two lowering rules for {name}")
@@ -58,7 +59,7 @@ def _build_table() -> dict[str, Rule]:
 LOWERINGS: dict[str, Rule] = _build_table()
 
 # Python-level operations that have no ATen op (fx capture only), called with their own arguments.
-PYTHON_RULES: dict[str, Rule] = {"operator.getitem": ops_shape.basic_index}
+PYTHON_RULES: dict[str, Rule] = {"operator.getitem": ops_shape.basic_index, "operator.setitem": ops_update.setitem}
 
 
 def supported_operators() -> list[str]:
@@ -174,8 +175,8 @@ def _resolve(node: fx.Node, cap: CapturedGraph) -> Call | str | None:
     """A Call, None for structural getitem, or a label naming an unsupported operator."""
     if _structural_index(node) is not None:
         return None
-    if node.op == "call_function" and node.target is operator.getitem:
-        return Call("operator.getitem", node.args)
+    if node.op == "call_function" and node.target in (operator.getitem, operator.setitem):
+        return Call(f"operator.{node.target.__name__}", node.args)
     if cap.kind == "fx":
         return fx_aliases.resolve(node, cap.root, LOWERINGS)
     if node.op == "call_function" and isinstance(node.target, torch._ops.OpOverload):

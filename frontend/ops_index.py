@@ -70,8 +70,10 @@ def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_g
                     start_index_map=tuple(range(r)), index_vector_dim=r, slice_sizes=(1,) * r)
 
 
-def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) -> Instruction:
-    """``x[i0, :, i2]``-style advanced indexing with integer index tensors (broadcast together)."""
+def index_tensor(b: HloBuilder, x: Instruction,
+                 indices: Sequence[Instruction | None]) -> tuple[Instruction, list[int], tuple[int, ...]]:
+    """Advanced indexing ``x[i0, :, i2]``: (the start coordinates, shape batch + [len(dims)]; the indexed
+    dims; the batch shape, i.e. the index tensors broadcast together)."""
     require(len(indices) <= x.shape.rank, f"too many indices ({len(indices)}) for rank {x.shape.rank}")
     picked = [(d, i) for d, i in enumerate(indices) if i is not None]
     require(len(picked) > 0, "indexing without an index tensor")
@@ -81,11 +83,17 @@ def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) 
     batch: tuple[int, ...] = ()
     for _, i in picked:
         batch = broadcast_dims(batch, i.shape.dims)
-    dims = [d for d, _ in picked]
-    if len(picked) == 1:
-        return take(b, x, dims[0], _index(b, picked[0][1], x.shape.dims[dims[0]]))
     coords = [b.reshape(b.broadcast_to(_index(b, i, x.shape.dims[d]), batch), [*batch, 1]) for d, i in picked]
-    starts = b.concatenate(coords, len(batch))
+    return b.concatenate(coords, len(batch)), [d for d, _ in picked], batch
+
+
+def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) -> Instruction:
+    """``x[i0, :, i2]``-style advanced indexing with integer index tensors (broadcast together)."""
+    present = [(d, i) for d, i in enumerate(indices) if i is not None]
+    if len(present) == 1 and present[0][1].shape.dtype != "pred":
+        d, i = present[0]
+        return take(b, x, d, _index(b, i, x.shape.dims[d]))
+    starts, dims, batch = index_tensor(b, x, indices)
     kept = [d for d in range(x.shape.rank) if d not in dims]
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
     first = dims[0] if adjacent else 0  # where the index dims go in the result

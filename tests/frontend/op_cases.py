@@ -108,6 +108,26 @@ class InPlace(nn.Module):
         return y, z, w, x.__rsub__(1), x.__neg__()
 
 
+class Writes(nn.Module):
+    """Item assignment (fx: operator.setitem; export: copy, slice/select_scatter, index_put)."""
+
+    def forward(self, x, i):
+        y = x * 2
+        y[:, 0] = 5.0
+        y[1] = x[0]
+        y[:, 2:4] = x[:, :2] + 1
+        y[::2, 4] = -1.0
+        y[2, 1::2] = x[3, :3]
+        z = x.new_zeros(4, 6)
+        z[i] = 1.0
+        z[i, 1] = x[:2, 0]
+        w = x.clone()
+        w[..., -1] += 3
+        v = x.clone()
+        v[i] += x[:2]
+        return y, z, w, v, aten.index_put.default(x, [i], x[:2] * 3, True), aten.select_scatter.default(x, x[0], 0, -1)
+
+
 class FastPath(nn.Module):
     """The native kernels nn.TransformerEncoderLayer and nn.MultiheadAttention use at inference."""
 
@@ -334,6 +354,8 @@ CASES: list[Case] = [
                           F.pad(x, (1, 2, 2, 1), mode="replicate"), F.pad(x, (1, 3), mode="circular"),
                           aten.constant_pad_nd.default(x, [0, -1, 1, 1], 0.5))),
          lambda: (r(2, 3, 5),)),
+    Case("writes", ("slice_scatter.default", "select_scatter.default", "index_put.default", "copy.default"),
+         Writes, lambda: (r(4, 6), torch.tensor([0, 2]))),
     Case("in-place methods", ("masked_fill.Scalar", "add.Tensor", "mul.Tensor", "clamp.default", "bitwise_and.Tensor"),
          InPlace, lambda: (r(3, 4), torch.rand(3, 4) > 0.5), captures=("fx",)),
     Case("fused inference kernels", ("_transformer_encoder_layer_fwd.default", "_native_multi_head_attention.default"),

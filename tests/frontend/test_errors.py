@@ -151,3 +151,15 @@ def test_capture_is_quiet():
         warnings.simplefilter("always")
         frontend.import_model(nn.Sequential(nn.Linear(4, 4), nn.ReLU()), (torch.randn(2, 4),))
     assert not [w for w in caught if "LeafSpec" in str(w.message)]
+
+
+class WritesIntoConstant(nn.Module):
+    def forward(self, x):
+        z = torch.zeros(3)
+        z[0] = x.sum()
+        return z
+
+
+def test_write_into_a_constant_tensor_is_refused():
+    with pytest.raises(LoweringError, match=r"__setitem__ writes traced values into a tensor made from constants"):
+        frontend.import_model(WritesIntoConstant(), (torch.randn(3),), capture="fx")
