@@ -144,6 +144,17 @@ def test_weights_are_constants_and_a_changed_weight_recompiles(emulator_runs):
     assert len(emulator_runs) == 3 and len({id(e) for e in emulator_runs}) == 2
 
 
+def test_bf16_model_returns_bf16(emulator_runs):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8)).to(torch.bfloat16).eval()
+    x = torch.randn(4, 16, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = torch.compile(model, backend="neuronc")(x)
+        expected = model(x)
+    assert out.dtype == torch.bfloat16 and len(emulator_runs) == 1
+    assert_close(out.float().numpy(), expected, kind="bf16")
+
+
 def test_misspelt_option_is_an_error():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="unknown neuronc option.*opt_levle"), torch.no_grad():
