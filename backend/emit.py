@@ -121,22 +121,10 @@ class ProgramBuilder:
             if inst.operands[side].memory == "hbm":
                 traffic[i] += inst.operands[side].nbytes
 
-    def on_chip(self, view: View) -> str | None:
-        """The scratch tensor behind `view` if it is kept on chip (pools staging it are then empty)."""
-        name = view.buffer.name
-        return name if name in self.images else None
-
     def staged_from(self, view: View) -> str | None:
         """The scratch tensor behind `view`, for PoolSpec.source (None for inputs and constants)."""
         name = view.buffer.name
         return name if name is not None and name.startswith("s") and name in self.scratch_labels else None
-
-    def must_be_resident(self, ap: AccessPattern) -> AccessPattern:
-        """The on-chip access for `ap`, whose tensor is kept on chip and whose staging pool is empty."""
-        moved = self.resident(ap)
-        if moved is None:
-            raise ResidencyMismatch(str(ap.tensor))
-        return moved
 
     def resident(self, ap: AccessPattern, compute: bool = True) -> AccessPattern | None:
         """The SBUF image access equal to the HBM access `ap` when its tensor is kept on chip (None

@@ -137,6 +137,10 @@ class _Attention:
         self.nkh = -(-self.dh // parts)
         self.nkv = -(-self.Tk // parts)
         self.p_axis, self.f_axis = self.nb, self.nb + 1
+        # Q, K, V are read in place only when every batch's can be (their pools are sized once)
+        views = [self._views(i) for i in itertools.product(*(range(d) for d in plan.batch_dims))]
+        computes = (plan.compute1, plan.compute1, plan.compute2)
+        self._in_place = [KOperand.all_in_place(builder, [v[r] for v in views], c) for r, c in enumerate(computes)]
         self.loader = LeafLoader(builder, plan.score, self.p_axis, (self.f_axis,), plan.name,
                                  loop_axes=tuple(range(self.nb)))
         self.temps = Temporaries("temps", self.W)
@@ -147,12 +151,17 @@ class _Attention:
         self.temps.measure(lambda bb, store: TileEvaluator(bb, store, self.qmax, self.W, leaves, acc=acc,
                                                            coords=coords).run(plan.score, x))
 
+    def _views(self, index: tuple[int, ...]) -> tuple[View, View, View]:
+        """[K, C] views of one batch: Q^T [dh, Tq], K^T [dh, Tk], V [Tk, dv]."""
+        q, k, v = (_index(x, index) for x in (self.plan.q, self.plan.k, self.plan.v))
+        return q.transpose((1, 0)), k.transpose((1, 0)), v
+
     def _operands(self, index: tuple[int, ...]) -> tuple[KOperand, KOperand, KOperand]:
         plan, tag = self.plan, f"{self.plan.name}{list(index) if index else ''}"
-        q, k, v = (_index(x, index) for x in (plan.q, plan.k, plan.v))
-        return (KOperand(self.b, q.transpose((1, 0)), plan.compute1, "q", tag),
-                KOperand(self.b, k.transpose((1, 0)), plan.compute1, "k", tag),
-                KOperand(self.b, v, plan.compute2, "v", tag))
+        q, k, v = self._views(index)
+        return (KOperand(self.b, q, plan.compute1, "q", tag, allow_image=self._in_place[0]),
+                KOperand(self.b, k, plan.compute1, "k", tag, allow_image=self._in_place[1]),
+                KOperand(self.b, v, plan.compute2, "v", tag, allow_image=self._in_place[2]))
 
     def specs(self) -> list[PoolSpec]:
         c1, c2 = itemsize(self.plan.compute1), itemsize(self.plan.compute2)
@@ -165,8 +174,7 @@ class _Attention:
             PoolSpec("p", "sbuf", self.W * c2, 2),
             PoolSpec("pT", "sbuf", 4 * self.qmax * c2, 4),
             PoolSpec("vec", "sbuf", 4, 16),
-            PoolSpec("out", "sbuf", 0 if self.b.on_chip(self.plan.out) else self.dv * itemsize(self.plan.out.dtype),
-                     2, source=self.b.staged_from(self.plan.out)),
+            PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
             PoolSpec("s", "psum", 0, 2), PoolSpec("o", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
         specs += q0.specs(self.qmax) + k0.specs(self.Tk) + v0.specs(self.dv)
         n_tiles = -(-self.Tq // self.qmax) * -(-self.Tk // self.W)
@@ -240,7 +248,7 @@ class _Attention:
             self._pv(p, vr, o, qw, k0, kw, first=i == 0, tag=tag)
             m = m_new
         store = plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed)
-        on_chip = b.must_be_resident(store) if b.on_chip(plan.out) else None  # written in place
+        on_chip = b.resident(store)  # a result kept on chip is written in place where engines may
         out = on_chip or self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
         b.tensor_scalar(out, o, "divide", 0.0, f"{label} normalize", scalar_vec=l_sum)
         if on_chip is None:

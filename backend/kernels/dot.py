@@ -159,8 +159,11 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     stat_bytes, mov_bytes = pmax * itemsize(stat_full.stored_dtype), mt * itemsize(mov_full.stored_dtype)
 
     index0 = (0,) * nb
-    stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat")
-    mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov")
+    batches = list(itertools.product(*(range(d) for d in plan.batch_dims)))
+    stat_image = KOperand.all_in_place(builder, [_index(stat_full, i) for i in batches], plan.compute)
+    mov_image = KOperand.all_in_place(builder, [_index(mov_full, i) for i in batches], plan.compute)
+    stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat", allow_image=stat_image)
+    mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov", allow_image=mov_image)
     loader = LeafLoader(builder, plan.epilogue, p_axis, (f_axis,), plan.name)
     temps = Temporaries("temps", mt)
     dry_leaves = {key: dry_operand(kind) for key, kind in loader.kinds().items()}
@@ -175,9 +178,8 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         most = max(blocks, first)
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
-                 PoolSpec("out", "sbuf", 0 if builder.on_chip(plan.out) else mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2),
-                          source=builder.staged_from(plan.out)),
+                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
+                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
                  PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else nk * pmax * csz, opts.stationary_buffers * most,
                           source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
@@ -207,10 +209,10 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
 
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
     supers = [p_blocks[:first]] + [p_blocks[i:i + blocks] for i in range(first, len(p_blocks), blocks)]
-    for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+    for index in batches:
         tag = f"{plan.name}{list(index) if index else ''}"
-        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag)
-        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag)
+        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag, allow_image=stat_image)
+        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag, allow_image=mov_image)
         stat.bind(pools)
         mov.bind(pools)
         loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
@@ -294,7 +296,7 @@ class _Loop:
                 free = [(self.f_axis, f0, fw)]
                 operands = self.loader.load(self.fixed, p0, pw, free)
                 out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
-                on_chip = self.b.must_be_resident(out) if self.b.on_chip(plan.out) else None  # written in place
+                on_chip = self.b.resident(out)  # a result kept on chip is written in place where engines may
                 dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
                 acc = accs[p0, f0].flat("f32", pw, fw)
                 coords = Coords(self.p_axis, p0, ((self.f_axis, f0, fw),), tuple(self.fixed.items()))

@@ -26,7 +26,7 @@ from backend.kernels.transpose import can_transpose, transpose_kernel
 from backend.layout import View, itemsize, normalize_axes
 from compiler.errors import CompilationError
 
-MINOR_KEPT = 64  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
+MINOR_KEPT = 8  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
 
 
 def storage_order(view: View) -> list[int]:
@@ -126,18 +126,15 @@ class _Kernel:
         return plan.out.hbm_ap(plan.p_axis, p0, pw, stored, fixed)
 
     def out_spec(self, fmax: int, bufs: int) -> PoolSpec:
-        plan, b = self.plan, self.b
-        size = 0 if b.on_chip(plan.out) else (fmax if self.full_root else 1) * itemsize(plan.out.dtype)
-        return PoolSpec("out", "sbuf", size, bufs, source=b.staged_from(plan.out))
+        return PoolSpec("out", "sbuf", (fmax if self.full_root else 1) * itemsize(self.plan.out.dtype), bufs)
 
     def destination(self, tile, fixed, p0, pw, free, fw):
-        """Where a tile's result goes: the output's SBUF image when it is kept on chip, else `tile`."""
-        if self.b.on_chip(self.plan.out):
-            return self.b.must_be_resident(self.out_ap(fixed, p0, pw, free))
-        return self._dst(tile, pw, fw)
+        """Where a tile's result goes: the output's SBUF image when it is kept on chip and engines may
+        write there, else `tile` (stored afterwards)."""
+        return self.b.resident(self.out_ap(fixed, p0, pw, free)) or self._dst(tile, pw, fw)
 
     def store(self, dst, fixed, p0, pw, free, label: str) -> None:
-        if self.b.on_chip(self.plan.out):
+        if self.b.resident(self.out_ap(fixed, p0, pw, free)) == dst:
             return  # written in place on chip
         self.b.dma(self.out_ap(fixed, p0, pw, free), dst, f"{label} store")
 

@@ -73,11 +73,7 @@ class LeafLoader:
                 self.kept.add(id(node))
                 specs.append(PoolSpec(f"leaf{i}_kept", "sbuf", fmax * isz, loop_tiles))
             else:
-                view = node.view
-                assert view is not None
-                size = 0 if self.builder.on_chip(view) else fmax * isz  # read in place
-                specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", size, TENSOR_BUFFERS,
-                                      source=self.builder.staged_from(view)))
+                specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", fmax * isz, TENSOR_BUFFERS))
         return specs
 
     def bind(self, pools: dict[str, Pool]) -> None:
@@ -119,12 +115,11 @@ class LeafLoader:
                 result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
             else:
                 src = view.hbm_ap(self.p_axis, p0, pw, free, fixed)
-                if self.builder.on_chip(view):  # read a tensor kept on chip in place
-                    result[id(node)] = Tensor(self.builder.must_be_resident(src))
-                    continue
-                ap = self.pools[id(node)].next().flat(view.dtype, pw, fw)
-                self._dma(ap, src)
-                result[id(node)] = Tensor(ap)
+                in_place = self.builder.resident(src)  # a tensor kept on chip is read in place where engines may
+                if in_place is None:
+                    in_place = self.pools[id(node)].next().flat(view.dtype, pw, fw)
+                    self._dma(in_place, src)
+                result[id(node)] = Tensor(in_place)
         return result
 
     def _cached(self, node: Node, key: tuple, fill) -> Tile:

@@ -8,7 +8,7 @@ view's strides (method chosen once per operand):
 - "transpose": K is contiguous (e.g. the model input x[M, K] as lhs): DMA row blocks [C-rows, K],
                cast if needed, then PE transposes each 128x128 block against an identity matrix
                (psum = block^T) and ACT/DVE copy PSUM -> SBUF, four blocks per PSUM bank.
-- "strided":   small operands, or neither axis contiguous: an element-wise strided DMA.
+- "strided":   small inputs, or neither axis contiguous: an element-wise strided DMA.
 - "image":     the operand is a tensor kept on chip whose SBUF image already has K on the partitions
                (residency.py) in the compute dtype: nothing is loaded, matmuls read the image.
 Constants never reach these paths strided: the planner stores them pre-arranged as [K, C] in the
@@ -30,7 +30,8 @@ PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
 class KOperand:
     """One matmul operand as a [K, C] view (already indexed to one batch)."""
 
-    def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str, tag: str = ""):
+    def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str, tag: str = "",
+                 allow_image: bool = True):
         assert view.rank == 2
         self.b = builder
         self.view = view
@@ -44,15 +45,26 @@ class KOperand:
         casting = view.stored_dtype != compute
         if s_c == 1 or self.C == 1:
             self.method = "cast" if casting else "direct"
-        elif (s_k == 1 or self.K == 1) and self.K * self.C > builder.options.strided_dma_max_elements:
+        elif (s_k == 1 or self.K == 1) and (self.K * self.C > builder.options.strided_dma_max_elements
+                                            or builder.staged_from(view) is not None):
+            # a tensor between kernels is read in rows, which its SBUF image (if kept on chip) serves
             self.method = "transpose"
         else:
             self.method = "strided_cast" if casting else "strided"
         self.chunk = min(self.K, builder.options.transpose_chunk)
         self.pools: dict[str, Pool] = {}
-        if self.method == "direct" and not view.is_const and self._image_ap(0, 0, self.C) is not None \
-                and all(self._image_ap(kt, 0, self.C) is not None for kt in range(self.nk)):
+        if allow_image and self.method == "direct" and self.image_ok():
             self.method = "image"
+
+    def image_ok(self) -> bool:
+        """Can matmuls read this operand in place (its tensor kept on chip, every K-tile at a legal start)?"""
+        return (not self.view.is_const and self.view.buffer.name is not None
+                and all(self._image_ap(kt, 0, self.C) is not None for kt in range(self.nk)))
+
+    @staticmethod
+    def all_in_place(builder: ProgramBuilder, views: list[View], compute: str) -> bool:
+        """Can every batch's operand (the same role) be read in place? Pools are sized once for all."""
+        return all(KOperand(builder, v, compute, "probe").method == "image" for v in views)
 
     def specs(self, cols: int, blocks: int = 1) -> list[PoolSpec]:
         """Staging pools this operand needs to load up to `cols` columns at a time, `blocks` column
