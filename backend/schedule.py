@@ -254,6 +254,7 @@ class _PeGroups:
         for i, load in enumerate(groups):
             if load >= 0:
                 self.members[load].append(i)
+        self.preds = preds
         self.blockers: dict[int, int] = {}
         self.unblocks: dict[int, list[int]] = {}
         for load, members in self.members.items():
@@ -267,6 +268,19 @@ class _PeGroups:
 
     def released(self) -> list[int]:
         return [load for load, n in self.blockers.items() if n == 0]
+
+    def ready_time(self, load: int, ops: list[Instruction], placer: _Placer, costs: CostModel) -> float:
+        """When to open the group of a released `load` so that no member waits for its data: the
+        latest outside input of each member, less the PE time of the group before that member."""
+        finish = placer.placement.finish
+        inside = {load, *self.members[load]}
+        ready, offset = placer.ready[load], 0.0
+        for m in (load, *self.members[load]):
+            outside = [finish[p] for p in self.preds[m] if p not in inside]
+            if outside:
+                ready = max(ready, max(outside) - offset)
+            offset += costs.engine_ns(ops[m])
+        return ready
 
     def place(self, i: int, inst: Instruction) -> list[int]:
         """Note that op i was placed; returns the loads this releases."""
@@ -309,8 +323,10 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
 
     def release(ops_ready: list[int], loads: bool = False) -> None:
         for s in ops_ready:
-            if pe_groups is not None and choices[s] == ("pe.load",) and not loads:
-                continue  # released by its group
+            if pe_groups is not None and choices[s] == ("pe.load",):
+                if loads:  # released by its group, opened once the members' data is due
+                    heapq.heappush(waiting["pe.load"], (pe_groups.ready_time(s, ops, placer, costs), s))
+                continue
             for e in choices[s]:
                 heapq.heappush(waiting[e], (placer.ready[s], s))
 
