@@ -87,9 +87,12 @@ def _lowerable_as_is(ep: ExportedProgram, keep: Collection[str]) -> bool:
 
 @contextlib.contextmanager
 def quiet() -> Iterator[None]:
-    """Silence the FutureWarning torch 2.13 itself triggers while copying pytree specs (LeafSpec)."""
+    """Silence what torch 2.13 warns about itself during a capture: the FutureWarning it triggers while
+    copying pytree specs (LeafSpec), and export's note that nn.LSTM/nn.GRU set ``_flat_weights``."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=r".*LeafSpec.*", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=r".*_flat_weights.*were assigned during export.*",
+                                category=UserWarning)
         yield
 
 

@@ -282,6 +282,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     torch.pow: (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     torch.einsum: ("aten.einsum.default", _einsum),
     torch.clamp: (_clamp_overload, _same),
+    torch.lstm: ("aten.lstm.input", _same),
+    torch.gru: ("aten.gru.input", _same),
     torch.norm: ("aten.linalg_vector_norm.default", _norm),
     torch.linalg.vector_norm: ("aten.linalg_vector_norm.default", _vector_norm),
     torch._C._nn.upsample_nearest1d: ("aten.upsample_nearest1d.vec", _same),

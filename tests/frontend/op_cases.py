@@ -128,6 +128,18 @@ class Writes(nn.Module):
         return y, z, w, v, aten.index_put.default(x, [i], x[:2] * 3, True), aten.select_scatter.default(x, x[0], 0, -1)
 
 
+class Recurrent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lstm = nn.LSTM(8, 16, num_layers=2, batch_first=True, bidirectional=True)
+        self.gru = nn.GRU(8, 12, bias=False)
+
+    def forward(self, x):
+        y, (h, c) = self.lstm(x)
+        z, hg = self.gru(x.transpose(0, 1), torch.ones(1, 2, 12) * 0.5)
+        return y, h, c, z, hg
+
+
 class FastPath(nn.Module):
     """The native kernels nn.TransformerEncoderLayer and nn.MultiheadAttention use at inference."""
 
@@ -354,6 +366,7 @@ CASES: list[Case] = [
                           F.pad(x, (1, 2, 2, 1), mode="replicate"), F.pad(x, (1, 3), mode="circular"),
                           aten.constant_pad_nd.default(x, [0, -1, 1, 1], 0.5))),
          lambda: (r(2, 3, 5),)),
+    Case("recurrent", ("lstm.input", "gru.input"), Recurrent, lambda: (r(2, 5, 8),)),
     Case("writes", ("slice_scatter.default", "select_scatter.default", "index_put.default", "copy.default"),
          Writes, lambda: (r(4, 6), torch.tensor([0, 2]))),
     Case("in-place methods", ("masked_fill.Scalar", "add.Tensor", "mul.Tensor", "clamp.default", "bitwise_and.Tensor"),

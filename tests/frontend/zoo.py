@@ -98,6 +98,20 @@ class GPTBlock(nn.Module):
         return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
 
 
+class LSTMClassifier(nn.Module):
+    """Token embeddings, a 2-layer LSTM, a linear head on the last hidden state."""
+
+    def __init__(self, vocab: int = 40, d: int = 16, hidden: int = 24, classes: int = 5):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.lstm = nn.LSTM(d, hidden, num_layers=2, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        _, (h, _) = self.lstm(self.emb(ids))
+        return self.head(h[-1])
+
+
 def _with_statistics(model: nn.Module) -> nn.Module:
     """Random batch-norm statistics and affine parameters (fresh ones would make batch norm the identity)."""
     g = torch.Generator().manual_seed(1)
@@ -134,6 +148,7 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
     "transformer_encoder_layer": lambda: (nn.TransformerEncoderLayer(32, 4, 64, batch_first=True).eval(),
                                           (torch.randn(2, 7, 32),)),
     "gpt_block": lambda: (GPTBlock().eval(), (torch.randn(2, 12, 32),)),
+    "lstm_classifier": lambda: (LSTMClassifier().eval(), (torch.randint(0, 40, (3, 6)),)),
     "hf_gpt2": _hf_gpt2,
     "hf_bert": _hf_bert,
 }
