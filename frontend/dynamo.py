@@ -125,10 +125,16 @@ def _frozen(gm: fx.GraphModule, weights: dict[int, str], inputs: Sequence[Any]) 
     return fx.GraphModule(attrs, graph)
 
 
+def _version(t: torch.Tensor) -> int:
+    """The tensor's version counter. An inference tensor (made under torch.inference_mode) has none: such
+    weights are checked by identity only, so an update in place of one goes unnoticed."""
+    return -1 if t.is_inference() else t._version
+
+
 def _signature(inputs: Sequence[Any], weights: dict[int, str]) -> tuple:
     """What a compiled specialization depends on: the shapes and dtypes of the tensor inputs, the values
     of the others, and the identity and version of each weight (an update in place bumps the version)."""
-    return tuple((id(t), t._version) if i in weights else
+    return tuple((id(t), _version(t)) if i in weights else
                  (tuple(t.shape), t.dtype) if isinstance(t, torch.Tensor) else t for i, t in enumerate(inputs))
 
 

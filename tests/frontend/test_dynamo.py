@@ -155,6 +155,14 @@ def test_bf16_model_returns_bf16(emulator_runs):
     assert_close(out.float().numpy(), expected, kind="bf16")
 
 
+def test_inference_mode_and_inference_tensor_weights(emulator_runs):
+    with torch.inference_mode():
+        model, x = TwoLayer().eval(), torch.randn(4, 16)  # weights without version counters
+        out, _ = torch.compile(model, backend="neuronc")(x)
+        assert_close(out.numpy(), model(x)[0])
+    assert len(emulator_runs) == 1
+
+
 def test_misspelt_option_is_an_error():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="unknown neuronc option.*opt_levle"), torch.no_grad():
