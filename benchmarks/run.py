@@ -7,7 +7,7 @@
 Per model: simulated time and MFU; roofline efficiency = max(matmul FLOPs at PE peak, compulsory HBM
 bytes at HBM bandwidth) / simulated time, where compulsory bytes are the program's inputs, constants
 (weights, in their compiled dtype) and outputs, each moved once; HBM traffic and peak SBUF; compile
-wall time (capture included); emulator wall time next to torch eager CPU time (fp32, median of 3).
+wall time (capture included); emulator wall time next to torch eager CPU time (fp32, best of 3).
 One model's timeline is also written as a PNG and a Perfetto trace. A model the compiler cannot
 compile yet is reported as "not supported yet: <error>" and the suite goes on.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import statistics
 import sys
 import time
 import traceback
@@ -102,7 +101,8 @@ def matmul_flops(model, inputs) -> float:
 
 
 def eager_seconds(model, inputs, repeats: int = 3) -> tuple[float, np.ndarray]:
-    """Median wall time of torch eager on CPU (after a warm-up run) and its first output."""
+    """Best wall time of torch eager on CPU over `repeats` runs after a warm-up (the least disturbed by
+    other work on the machine) and its first output."""
     with torch.no_grad():
         out = model(*inputs)
         times = []
@@ -111,7 +111,7 @@ def eager_seconds(model, inputs, repeats: int = 3) -> tuple[float, np.ndarray]:
             model(*inputs)
             times.append(time.perf_counter() - start)
     first = out[0] if isinstance(out, tuple | list) else out
-    return statistics.median(times), first.float().numpy()
+    return min(times), first.float().numpy()
 
 
 def _top_stalls(profile: Profile, n: int = 3) -> str:
