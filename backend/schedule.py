@@ -10,12 +10,16 @@
      never holds up SP's prefetch triggers. An instruction more than one engine can run (copies,
      elementwise ALU ops, memset, iota; the ISA table and the engines' memories decide, e.g. POOL
      never touches PSUM) goes to the engine where it finishes first; a plain ACT copy moved to DVE or
-     POOL becomes a tensor_copy. A DMA goes to the queue it can start on first. Queues are FIFO, so
-     SP takes the next transfer only when it would reach a queue as that queue frees (DMA_BACKLOG_NS):
-     an early trigger of a prefetch needed late would hold up a transfer needed sooner that becomes
-     ready meanwhile. (The emulator's SP does not wait for that moment: only the order matters.)
-   - "ready_time": the same loop, but each engine takes the earliest-emitted ready instruction (the
-     first list scheduler of this backend; kept for comparison).
+     POOL becomes a tensor_copy. PE orders its stationary groups (a LoadStationary and the matmuls
+     that use it; deps.py leaves the stationary tile out of the dependencies) freely, keeping each
+     together and opening one only when its data is due (_PeGroups), so e.g. the next attention
+     head's QK^T runs while the previous head's softmax does. A DMA goes to the queue it can start
+     on first. Queues are FIFO, so SP takes the next transfer only when it would reach a queue as
+     that queue frees (DMA_BACKLOG_NS): an early trigger of a prefetch needed late would hold up a
+     transfer needed sooner that becomes ready meanwhile. (The emulator's SP does not wait for that
+     moment: only the order matters.)
+   - "ready_time": the same loop, but each engine takes the earliest-emitted ready instruction and PE
+     keeps program order (the first list scheduler of this backend; kept for comparison).
    - "inorder": program order, engines as the kernels chose them, DMA queues round robin.
    Every placement order is a topological order, so the per-engine streams it induces cannot deadlock.
 3. Semaphores, "timeline" scheme: a stream whose instructions complete in order (ACT, DVE, POOL, each
