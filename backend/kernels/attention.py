@@ -48,6 +48,7 @@ class AttentionPlan:
     v: View  # (batch..., Tk, dv)
     out: View  # (batch..., Tq, dv)
     score: Node  # X over (batch..., Tq, Tk), reading the accumulator
+    affine: AffineScores | None
     p_dtype: str  # dtype of P as dot2 reads it
     compute1: str  # PE dtype of Q K^T
     compute2: str  # PE dtype of P V
@@ -85,6 +86,87 @@ def _softmax_input(p: Node, where: str) -> tuple[Node, str]:
     return x, dtype
 
 
+@dataclass(frozen=True)
+class AffineScores:
+    """Scores X = scale * S (S = Q K^T, scale > 0), set to -inf where key > query + diag (a causal mask
+    with an offset, from a constant); diag None: no mask."""
+
+    scale: float
+    diag: int | None
+
+    def trim(self, q0: int, qw: int, k0: int, kw: int) -> tuple[int, int]:
+        """The keys of a chunk that some query of the block sees (kw 0: none)."""
+        if self.diag is None:
+            return k0, kw
+        return k0, max(0, min(kw, q0 + qw - 1 + self.diag - k0 + 1))
+
+    def kind(self, q0: int, qw: int, k0: int, kw: int) -> str:
+        """"skip" (every score masked), "full" (none masked) or "partial" for a tile."""
+        if self.diag is None:
+            return "full"
+        if k0 - (q0 + qw - 1) > self.diag:
+            return "skip"
+        return "full" if (k0 + kw - 1) - q0 <= self.diag else "partial"
+
+
+def _linear(node: Node) -> float | None:
+    """c when node is c * acc (through converts; c > 0), else None."""
+    def bare(n: Node) -> bool:
+        while n.op == "convert":
+            n = n.inputs[0]
+        return n.op == "acc"
+
+    if bare(node):
+        return 1.0
+    if node.op in ("multiply", "divide") and len(node.inputs) == 2:
+        a, c = node.inputs
+        if node.op == "multiply" and a.op == "scalar":
+            a, c = c, a
+        if bare(a) and c.op == "scalar" and c.value > 0:
+            return c.value if node.op == "multiply" else 1.0 / c.value
+    return None
+
+
+def affine_scores(score: Node, nb: int) -> AffineScores | None:
+    """The score expression as scale * S plus a constant causal-style mask, when it is one."""
+    scale = _linear(score)
+    if scale is not None:
+        return AffineScores(scale, None)
+    keep = None
+    if score.op == "add":
+        for lin, mask in (score.inputs, score.inputs[::-1]):
+            if _linear(lin) is not None and mask.op == "leaf" and mask.view is not None and mask.view.is_const:
+                values = _batch_invariant(mask.view, nb)
+                if values is not None and np.all((values == 0) | (values == -np.inf)):
+                    scale, keep = _linear(lin), values == 0
+                break
+    elif score.op == "select":
+        pred, on_true, on_false = score.inputs
+        if pred.op == "leaf" and pred.view is not None and pred.view.is_const:
+            values = _batch_invariant(pred.view, nb)
+            for lin, other, kept in ((on_true, on_false, True), (on_false, on_true, False)):
+                if values is not None and _linear(lin) is not None and other.op == "scalar" \
+                        and other.value == -np.inf:
+                    scale, keep = _linear(lin), (values != 0) == kept
+    if scale is None or keep is None:
+        return None
+    tq, tk = keep.shape
+    rows_kept = keep.sum(axis=1)
+    diag = int(rows_kept[0]) - 1
+    if not np.array_equal(keep, (np.arange(tk)[None, :] - np.arange(tq)[:, None]) <= diag):
+        return None
+    return AffineScores(scale, diag)
+
+
+def _batch_invariant(view: View, nb: int) -> np.ndarray | None:
+    """The [Tq, Tk] values of a constant leaf that does not vary along the batch dims."""
+    if any(view.strides[a] != 0 and view.dims[a] != 1 for a in range(nb)):
+        return None
+    for _ in range(nb):
+        view = view.index(0, 0)
+    return view.const_array().astype(np.float32)
+
+
 def plan_attention(dot1: HloInstruction, dot2: HloInstruction, name: str, q: View, k: View, p: Node, v: View,
                    out: View) -> AttentionPlan:
     """Normalize both dots to (batch..., rows, cols) views; P must be a softmax of a score expression."""
@@ -116,7 +198,8 @@ def plan_attention(dot1: HloInstruction, dot2: HloInstruction, name: str, q: Vie
     score, p_dtype = _softmax_input(p, where)
     compute1 = compute_dtype(qn, kn, where)
     compute2 = p_dtype if p_dtype == vn[0].dtype and p_dtype in ("bf16", "f16") else "f32"
-    return AttentionPlan(name, where, qn, kn, vn[0], on[0], score, p_dtype, compute1, compute2)
+    return AttentionPlan(name, where, qn, kn, vn[0], on[0], score, affine_scores(score, nb), p_dtype, compute1,
+                         compute2)
 
 
 def attention_kernel(builder: ProgramBuilder, plan: AttentionPlan) -> None:
@@ -207,7 +290,10 @@ class _Attention:
         b, plan = self.b, self.plan
         label = f"{plan.name}{[fixed[a] for a in sorted(fixed)]}q{q0}"
         chunks = [(k0, min(self.W, self.Tk - k0)) for k0 in range(0, self.Tk, self.W)]
-        live = [c for c in chunks if not self._masked(fixed, q0, qw, *c)] or chunks[:1]
+        if plan.affine is not None:
+            live = [c for c in (plan.affine.trim(q0, qw, *c) for c in chunks) if c[1] > 0] or chunks[:1]
+        else:
+            live = [c for c in chunks if not self._masked(fixed, q0, qw, *c)] or chunks[:1]
         o = self.pools["o"].next().flat("f32", qw, self.dv)
         m = l_sum = None
         for i, (k0, kw) in enumerate(live):
@@ -216,19 +302,14 @@ class _Attention:
             for kt in range(self.nkh):
                 b.load_stationary(qT.ap(kt, q0, qw), f"{tag} q")
                 b.multiply_moving(s, kT.ap(kt, k0, kw), acc=kt > 0, comment=f"{tag} qk")
-            x = self.pools["x"].next().flat("f32", qw, kw)
-            free = [(self.f_axis, k0, kw)]
-            operands = self.loader.load(fixed, q0, qw, free)
-            coords = Coords(self.p_axis, q0, ((self.f_axis, k0, kw),), tuple(fixed.items()))
-            TileEvaluator(b, self.temps.store(), qw, kw, operands, acc=s, label=f"{tag} score",
-                          coords=coords).run(plan.score, x)
+            x, scale = self._scores(fixed, q0, qw, k0, kw, s, tag)
             mc = self._vec(qw)
             b.tensor_reduce(mc, x, "max", f"{tag} rowmax")
             m_new, alpha = self._vec(qw), None
-            if m is None:
-                b.tensor_scalar(m_new, mc, "max", NEG_FLOOR, f"{tag} max")
+            if m is None:  # running max of the scores (scale * S), at least NEG_FLOOR
+                b.tensor_scalar(m_new, mc, "multiply", scale, f"{tag} max", op1="max", scalar1=NEG_FLOOR)
             else:
-                b.tensor_tensor(m_new, m, mc, "max", f"{tag} max")
+                b.tensor_scalar(m_new, mc, "multiply", scale, f"{tag} max", op1="max", scalar1_vec=m)
             neg = self._vec(qw)
             b.tensor_scalar(neg, m_new, "multiply", -1.0, f"{tag} -max")
             if m is not None:
@@ -236,7 +317,7 @@ class _Attention:
                 b.activation(alpha, m, "exp", bias=neg, comment=f"{tag} rescale")
             p = self.pools["p"].next().flat(plan.compute2, qw, kw)
             lc = self._vec(qw)
-            b.activation(p, x, "exp", bias=neg, acc=lc, comment=f"{tag} exp")
+            b.activation(p, x, "exp", bias=neg, scale=scale, acc=lc, comment=f"{tag} exp")
             if l_sum is None:
                 l_sum = lc
             else:
@@ -254,6 +335,28 @@ class _Attention:
         if on_chip is None:
             b.dma(store, out, f"{label} store")
 
+    def _scores(self, fixed, q0: int, qw: int, k0: int, kw: int, s: AccessPattern, tag: str
+                ) -> tuple[AccessPattern, float]:
+        """(X', c) with scores = c * X': a tile without masked scores is read straight from PSUM; a
+        diagonal tile of an affine mask is scaled into SBUF and masked by POOL's affine_select; any
+        other score expression is evaluated into SBUF."""
+        b, plan, affine = self.b, self.plan, self.plan.affine
+        if affine is not None and affine.kind(q0, qw, k0, kw) == "full":
+            return s, affine.scale
+        x = self.pools["x"].next().flat("f32", qw, kw)
+        if affine is not None:
+            b.activation(x, s, "identity", scale=affine.scale, comment=f"{tag} scale")
+            assert affine.diag is not None
+            b.emit("pool", "affine_select", f"{tag} causal mask",  # keep key <= query + diag
+                   {"cmp": "is_ge", "offset": q0 + affine.diag - k0, "channel_multiplier": 1,
+                    "free_multiplier": -1, "fill": float("-inf")}, dst=x, src=x)
+            return x, 1.0
+        operands = self.loader.load(fixed, q0, qw, [(self.f_axis, k0, kw)])
+        coords = Coords(self.p_axis, q0, ((self.f_axis, k0, kw),), tuple(fixed.items()))
+        TileEvaluator(b, self.temps.store(), qw, kw, operands, acc=s, label=f"{tag} score",
+                      coords=coords).run(plan.score, x)
+        return x, 1.0
+
     def _pv(self, p: AccessPattern, vr, o: AccessPattern, qw: int, k0: int, kw: int, first: bool, tag: str) -> None:
         """O (+)= P V: P^T per 128 keys by PE transposes (4 per PSUM bank), then matmuls into O."""
         b, plan, parts = self.b, self.plan, self.b.target.partitions
@@ -267,13 +370,19 @@ class _Attention:
                 src = replace(p, offset=p.offset + j * p.itemsize, pattern=((1, jw),))
                 b.emit("pe", "transpose", f"{tag} transpose p", dst=bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT),
                        src=src)
-            for slot, (_, jw) in enumerate(group):
+            widths = [jw for _, jw in group]
+            n_same = len(group) if len(set(widths)) == 1 else len(group) - 1  # the last block may be narrower
+            b.copy(pT.ap(plan.compute2, widths[0], [(self.qmax, n_same), (1, qw)]),
+                   bank.ap("f32", widths[0], [(PSUM_SLOT, n_same), (1, qw)]), f"{tag} evacuate p^T")
+            if n_same < len(group):
+                slot, jw = len(group) - 1, widths[-1]
                 b.copy(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax),
                        bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT), f"{tag} evacuate p^T")
             for slot, (j, jw) in enumerate(group):
                 kt = (k0 + j) // parts
                 b.load_stationary(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax), f"{tag} p^T")
-                b.multiply_moving(o, vr.ap(kt, 0, self.dv), acc=not (first and n_blocks == 0), comment=f"{tag} pv")
+                b.multiply_moving(o, vr.ap(kt, 0, self.dv, rows=jw), acc=not (first and n_blocks == 0),
+                                  comment=f"{tag} pv")
                 n_blocks += 1
 
     def _masked(self, fixed: dict[int, int], q0: int, qw: int, k0: int, kw: int) -> bool:

@@ -108,8 +108,9 @@ class KOperand:
         """Read straight from an SBUF image: the caller needs no buffer for it."""
         return self.method == "image"
 
-    def _image_ap(self, kt: int, c0: int, cn: int) -> AccessPattern | None:
-        ap = self.view.hbm_ap(0, kt * self.parts, self.k_rows(kt), [(1, c0, cn)]) if self.view.buffer.name else None
+    def _image_ap(self, kt: int, c0: int, cn: int, rows: int | None = None) -> AccessPattern | None:
+        rows = self.k_rows(kt) if rows is None else rows
+        ap = self.view.hbm_ap(0, kt * self.parts, rows, [(1, c0, cn)]) if self.view.buffer.name else None
         if ap is None or self.view.stored_dtype != self.compute:
             return None
         return self.b.resident(ap)
@@ -194,11 +195,12 @@ class Loaded:
     cols: int
     at: int
 
-    def ap(self, kt: int, c: int, n: int) -> AccessPattern:
-        """Operand columns [c, c + n) of K-tile kt."""
+    def ap(self, kt: int, c: int, n: int, rows: int | None = None) -> AccessPattern:
+        """Operand columns [c, c + n) of K-tile kt (its first `rows` rows: default all)."""
         op = self.operand
         if self.tile is None:
-            ap = op._image_ap(kt, c, n)
+            ap = op._image_ap(kt, c, n, rows)
             assert ap is not None
             return ap
-        return self.tile.flat(op.compute, op.k_rows(kt), n, kt * self.cols + self.at + c - self.c0)
+        return self.tile.flat(op.compute, op.k_rows(kt) if rows is None else rows, n,
+                              kt * self.cols + self.at + c - self.c0)

@@ -118,6 +118,10 @@ def attention_groups(comp: Computation, record: Record) -> list:
         members, reason = _match(dot2, users)
         record(lhs, dot2, bool(members), reason, KIND)
         if members and not (set(members) & claimed):
+            root = dot2
+            while len(users[root]) == 1 and users[root][0].opcode == "convert" and root is not comp.root:
+                root = users[root][0]  # the attention stores its result converted
+                members[root.uid] = root
             claimed.update(members)
-            groups.append(_Group(dot2, KIND, dict(members), set()))
+            groups.append(_Group(root, KIND, dict(members), set()))
     return groups

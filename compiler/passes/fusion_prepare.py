@@ -18,6 +18,10 @@ from compiler.hlo.ir import Computation, Instruction, Module, Shape
 from compiler.passes.utils import insert_before, is_elementwise, new_instruction
 
 BATCH, LHS, RHS = 0, 1, 2  # output dim groups of a dot, in output order
+# values whose converts are not merged after them (views and converts themselves; parameters and constants,
+# which the backend converts as it reads them)
+_NOT_HOISTED = ("reshape", "bitcast", "transpose", "slice", "convert", "parameter", "constant", "tuple",
+                "get-tuple-element", "broadcast")
 
 
 def _pairs(old: tuple[int, ...], new: tuple[int, ...]) -> list[tuple[tuple[int, ...], tuple[int, ...]]] | None:
@@ -91,37 +95,61 @@ class DotReshapeSinking:
 
     def run(self) -> bool:
         changed = False
-        while self._sink_converts() | self._collapse() | self._hoist() | self._sink_all():
+        while self._hoist_converts() | self._collapse() | self._hoist() | self._sink_all():
             changed = True
         if changed:
             self._remove_dead()
         return changed
 
-    # -- converts move below reshapes and transposes; chains of those collapse ----------------------------
-    def _sink_converts(self) -> bool:
-        """reshape(convert(x)) -> convert(reshape(x)) (likewise transpose): auto-cast's converts end up
-        right before the dots, and the reshapes of a dot's operand become one chain."""
+    # -- converts of a value's uses merge right after it -------------------------------------------------------
+    def _hoist_converts(self) -> bool:
+        """When every use of a computed value, through views (reshape, transpose, slice), converts it to the
+        same type (auto-cast before the dots that read it: per attention head, per matmul operand), convert
+        once, right after it: the convert joins the producer's fusion (a dot's epilogue, the softmax
+        before attention's second dot) and the views carry the narrow type."""
         changed = False
-        users = self.comp.users()
-        for view in list(self.comp.instructions):
-            if view.opcode not in ("reshape", "bitcast", "transpose") or view not in self.comp.instructions:
-                continue
-            cvt = view.operands[0]
-            if cvt.opcode != "convert" or users[cvt] != [view] or cvt is self.comp.root:
-                continue
-            source = cvt.operands[0]
-            moved = new_instruction(self.module, view.opcode, Shape.array(source.shape.dtype, view.shape.dims),
-                                    [source], dict(view.attrs), metadata=view.metadata, name=view.name)
-            insert_before(self.comp, view, moved)
-            new_cvt = new_instruction(self.module, "convert", view.shape, [moved], metadata=cvt.metadata,
-                                      name=cvt.name)
-            insert_before(self.comp, view, new_cvt)
-            self.comp.replace_all_uses(view, new_cvt)
-            self.comp.remove(view)
-            self.comp.remove(cvt)
+        for dot in [i for i in self.comp.instructions if i.opcode not in _NOT_HOISTED]:
             users = self.comp.users()
+            if dot.opcode == "dot" and any(u.opcode in ("reshape", "bitcast")
+                                           and _new_groups(dot, tuple(u.shape.dims)) is not None for u in users[dot]):
+                continue  # the reshape sinks into the dot first (_sink_all), the convert follows it then
+            views, converts = self._view_tree(dot, users)
+            dtypes = {c.shape.dtype for c in converts}
+            if not views or not converts or len(dtypes) != 1 or dot.shape.dtype in dtypes:
+                continue  # (no views: the convert is right after the dot already)
+            dtype = dtypes.pop()
+            cvt = new_instruction(self.module, "convert", Shape.array(dtype, dot.shape.dims), [dot],
+                                  metadata=converts[0].metadata)
+            insert_before(self.comp, views[0] if views else converts[0], cvt)
+            for user in users[dot]:
+                user.operands = [cvt if o is dot else o for o in user.operands]
+            for view in views:
+                view.shape = Shape.array(dtype, view.shape.dims)
+            for c in converts:
+                self.comp.replace_all_uses(c, c.operands[0])
+                self.comp.remove(c)
+            self.notes.append(f"NOTE    converts of %{dot.name}'s uses to {dtype} merged into one after it")
             changed = True
         return changed
+
+    def _view_tree(self, root: Instruction, users: dict[Instruction, list[Instruction]]
+                   ) -> tuple[list[Instruction], list[Instruction]]:
+        """The views (reshape/transpose/slice, used only by views or converts) below `root` in program order,
+        and the converts ending them; ([], []) if anything else uses them."""
+        views: list[Instruction] = []
+        converts: list[Instruction] = []
+        frontier = [root]
+        while frontier:
+            for user in users[frontier.pop()]:
+                if user.opcode in ("reshape", "bitcast", "transpose", "slice") and user is not self.comp.root:
+                    views.append(user)
+                    frontier.append(user)
+                elif user.opcode == "convert":
+                    converts.append(user)
+                else:
+                    return [], []
+        order = {inst.uid: n for n, inst in enumerate(self.comp.instructions)}
+        return sorted(views, key=lambda i: order[i.uid]), converts
 
     def _collapse(self) -> bool:
         """reshape(reshape(x)) -> reshape(x) or x; transpose(transpose(x)) -> one transpose or x."""
@@ -148,7 +176,7 @@ class DotReshapeSinking:
         return changed
 
     # -- reshapes of a dot's epilogue move up to the dot ------------------------------------------------
-    def _hoist(self) -> bool:
+    def _hoist(self) -> bool:  # (never above a convert: _hoist_converts keeps converts right after values)
         """reshape(op(x, broadcast(b)...)) -> op(reshape(x), broadcast'(b)...) when x leads, through
         single-user elementwise ops, to a dot: the reshape then sits right after the dot."""
         changed = False
@@ -157,7 +185,8 @@ class DotReshapeSinking:
                 continue
             op = reshape.operands[0]
             users = self.comp.users()
-            if not is_elementwise(op) or users[op] != [reshape] or not self._leads_to_dot(op, users):
+            if (not is_elementwise(op) or op.opcode == "convert" or users[op] != [reshape]
+                    or not self._leads_to_dot(op, users)):
                 continue
             pairs = _pairs(tuple(op.shape.dims), tuple(reshape.shape.dims))
             operands = [self._moved_operand(o, pairs, reshape) for o in op.operands] if pairs else [None]
