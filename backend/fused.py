@@ -94,10 +94,11 @@ def layout_value(inst: Instruction, ops: list[Value], builder) -> Value | None:
 class ExprBuilder:
     """Lowers instructions of one kernel to Exprs in the kernel space `dims`, reducing over `reduce_axes`."""
 
-    def __init__(self, dims: tuple[int, ...], builder):
+    def __init__(self, dims: tuple[int, ...], builder, comp: Computation | None = None):
         self.dims = tuple(dims)
         self.b = builder
         self.reduce_axes: tuple[int, ...] | None = None
+        self.hints = _placement_hints(comp, self.dims) if comp is not None else {}
         self._leaves: dict[tuple[View, tuple[int, ...]], Node] = {}  # one leaf (one load) per view
 
     @property
@@ -122,6 +123,8 @@ class ExprBuilder:
         for v in ops:
             if isinstance(v, Expr) and len(v.axes) == inst.shape.rank:
                 return v.axes
+        if inst.uid in self.hints:
+            return self.hints[inst.uid]
         dims = tuple(inst.shape.dims)
         if dims == self.dims:
             return self.full
@@ -210,6 +213,27 @@ def elementwise_node(inst: Instruction, nodes: list[Node], dtype: str) -> Node:
         return expr.unary(expr.CUSTOM_CALL_UNARY[target], nodes[0], dtype, inst)
     what = f"custom-call {target!r}" if op == "custom-call" else f"op {op}"
     raise CompilationError(f"{inst.where()}: {what} is not supported by the backend")
+
+
+def _placement_hints(comp: Computation, dims: tuple[int, ...]) -> dict[int, tuple[int, ...]]:
+    """S-axes of values that are computed from operands only, learned from their consumers: a value
+    broadcast into the kernel space sits on the broadcast's dimensions (e.g. negate(x[2,3]) broadcast
+    over [4,2,3] sits on axes 1, 2); an elementwise op's operands on its own axes."""
+    hints: dict[int, tuple[int, ...]] = {}
+    assert comp.root is not None
+    if tuple(comp.root.shape.dims) == dims:
+        hints[comp.root.uid] = tuple(range(len(dims)))
+    for inst in reversed(comp.post_order()):
+        axes = hints.get(inst.uid)
+        if axes is None:
+            continue
+        if inst.opcode == "broadcast":
+            hints.setdefault(inst.operands[0].uid, tuple(axes[d] for d in inst.attrs.get("dimensions", ())))
+        elif is_elementwise(inst) or inst.opcode in ("convert", "copy"):
+            for o in inst.operands:
+                if o.shape.rank == inst.shape.rank:
+                    hints.setdefault(o.uid, axes)
+    return hints
 
 
 def kernel_space(comp: Computation) -> tuple[int, ...]:

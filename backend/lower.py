@@ -239,7 +239,7 @@ def _fusion(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     for anchor, handler in FUSION_ANCHORS.items():
         if any(sub.opcode == anchor for sub in comp.instructions):
             return handler(lw, inst, comp, ops)
-    eb = ExprBuilder(kernel_space(comp), lw.b)
+    eb = ExprBuilder(kernel_space(comp), lw.b, comp)
     root = _lower_body(comp, ops, eb)
     out = lw.destination(inst)
     if isinstance(root, Expr):

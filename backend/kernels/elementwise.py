@@ -58,6 +58,10 @@ class _Plan:
         views = [out] + [n.view for n in nodes if n.view is not None]
         if out.rank == 0:
             views = [v.insert_axis(0) for v in views]
+        for a in reversed(range(views[0].rank)):  # size-1 kept axes carry nothing and keep others apart
+            if views[0].dims[a] == 1 and views[0].rank > 1 and a not in reduce_axes:
+                views = [v.index(a, 0) for v in views]
+                reduce_axes = tuple(r if r < a else r - 1 for r in reduce_axes if r != a)
         kept = [a for a in storage_order(views[0]) if a not in reduce_axes]
         main = max(views[1:], key=lambda v: sum(1 for a in reduce_axes if v.strides[a]), default=views[0])
         red = sorted(reduce_axes, key=lambda a: (-main.strides[a], a))
@@ -198,9 +202,11 @@ class _RowKernel(_LoopKernel):
                                        f"({b.alloc.sbuf_need(specs)} bytes per partition) and its reductions "
                                        f"feed full-size values, so it cannot be reduced chunk by chunk")
             chunked = True
+            inner = prod(plan.out.dims[a] for a in plan.free[1:])  # a chunk holds whole inner free axes
             while True:
+                fw_max = max(1, fw_max // inner) * inner
                 temps, specs = self._measure(fw_max, True, reduces)
-                if b.alloc.sbuf_need(specs) <= budget or fw_max <= 64:
+                if b.alloc.sbuf_need(specs) <= budget or fw_max <= max(64, inner):
                     break
                 fw_max = max(64, fw_max // 2)
         pools = b.alloc.begin_kernel(self.name, specs, self.where)
@@ -239,7 +245,9 @@ class _RowKernel(_LoopKernel):
         def dry(bb, store) -> None:
             self._chunk(bb, store, leaves, plan.pmax, fw, None, reduces, None)
             preset = {id(r): dry_operand("V") for r in reduces}
-            TileEvaluator(bb, store, plan.pmax, 1, leaves, preset=preset).run(plan.root, self._dst(None, plan.pmax, 1))
+            coords = Coords(plan.p_axis, 0, tuple((a, 0, 1) for a in plan.free))
+            TileEvaluator(bb, store, plan.pmax, 1, leaves, preset=preset, coords=coords).run(
+                plan.root, self._dst(None, plan.pmax, 1))
 
         temps.measure(dry)
         return temps, self._specs(temps, fw, -(-plan.F // fw)) + [PoolSpec("racc", "sbuf", 4, 2 * len(reduces))]

@@ -68,6 +68,9 @@ _FOLD = {
     "tanh": np.tanh, "rsqrt": lambda x: 1 / np.sqrt(x), "reciprocal": lambda x: 1 / x,
     "square": np.square, "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
     "select": lambda p, a, b: np.where(p != 0, a, b), "copy": lambda x: x, "convert": lambda x: x,
+    "gelu": lambda x: 0.5 * x * (1 + math.erf(float(x) / math.sqrt(2))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x / (1 + np.exp(-x)),
 }
 
 
