@@ -36,6 +36,8 @@ from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
 from compiler.errors import CompilationError
 from compiler.hlo.ir import Computation, Instruction, Module
+from compiler.hlo.shape_inference import parse_padding
+from compiler.hlo.shape_util import ShapeInferenceError
 
 Handler = Callable[["Lowering", Instruction, list[Value]], Value]
 FusionHandler = Callable[["Lowering", Instruction, Computation, list[Value]], Value]
@@ -229,6 +231,31 @@ def _concatenate(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     return out
 
 
+def _pad(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    """The output filled with the pad value, then the operand (cropped by negative edges) copied into the
+    strided interior view."""
+    out = lw.destination(inst)
+    x, value = view_of(ops[0], inst.operands[0]), ops[1]
+    try:
+        config = parse_padding(inst.attrs.get("padding"), x.rank)
+    except ShapeInferenceError as e:
+        raise CompilationError(f"{inst.where()}: {e}") from None
+    name = lw.name(inst)
+    eb = ExprBuilder(tuple(inst.shape.dims), lw.b)
+    fused_kernel(lw.b, eb.node(value, (), inst.operands[1]), out, f"{name}.fill", inst.where())
+    src, dst = [], []
+    for (lo, _, interior), n, m in zip(config, x.dims, inst.shape.dims, strict=True):
+        step = interior + 1
+        first = max(0, (step - 1 - lo) // step)  # the first operand element at a position >= 0
+        last = min(n - 1, (m - 1 - lo) // step)  # the last at a position < m
+        if last < first:
+            return out  # nothing of the operand survives the cropping
+        src.append((first, last + 1, 1))
+        dst.append((lo + first * step, lo + last * step + 1, step))
+    copy_kernel(lw.b, x.slice(tuple(src)), out.slice(tuple(dst)), f"{name}.interior", inst.where())
+    return out
+
+
 def _fusion(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     comp = inst.attrs.get("calls")
     if not isinstance(comp, Computation):
@@ -332,6 +359,7 @@ KERNELS: dict[str, Handler] = {
     "fusion": _fusion,
     "reduce": _reduce,
     "concatenate": _concatenate,
+    "pad": _pad,
     "convolution": anchored(plan_conv, conv_kernel),
     "reduce-window": anchored(plan_pool, pool_kernel),
     "gather": anchored(plan_gather, gather_kernel),

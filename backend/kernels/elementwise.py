@@ -93,6 +93,8 @@ def fused_kernel(builder: ProgramBuilder, root: Node, out: View, name: str, wher
     along them)."""
     if any(n.op == "acc" for n in walk(root)):
         raise CompilationError(f"{where}: an accumulator outside a dot kernel")
+    if out.size == 0:
+        return  # nothing to compute
     plan = _Plan(builder, root, out, reduce_axes)
     if plan.reducing:
         _RowKernel(builder, plan, name, where).emit()
@@ -295,6 +297,8 @@ def elementwise_kernel(builder: ProgramBuilder, root: Node, out: View, name: str
 def copy_kernel(builder: ProgramBuilder, src: View, out: View, name: str, where: str) -> None:
     """Materialize `src` into `out` (same logical dims): HBM-to-HBM DMA when no cast is pending,
     else through SBUF with a converting copy."""
+    if out.size == 0:
+        return
     if src.cast is not None or src.dtype != out.dtype:
         fused_kernel(builder, unary("convert", leaf(src), out.dtype), out, name, where)
         return

@@ -90,3 +90,32 @@ def test_broadcast_shapes(dims, bdims, bshape):
     expand = b.reshape([dims[i] if i in bdims else 1 for i in range(len(dims))])
     (out,), _ = run_hlo(text, [x, b])
     np.testing.assert_allclose(out, np.tanh(x * expand), **TOL["f32"])
+
+
+@pytest.mark.parametrize("dims,padding,value", [
+    ((5, 7), "1_2x0_3", 0.0),
+    ((130, 40), "2_-1x-3_1_2", -1.5),     # negative edges crop, interior padding spreads
+    ((4, 3, 6), "0_0x1_1x2_0_1", 7.0),
+    ((3, 3), "-3_0x0_0", 0.0),            # everything cropped away
+])
+def test_pad(dims, padding, value):
+    import torch
+
+    from compiler.hlo.shape_inference import parse_padding
+
+    config = parse_padding(padding, len(dims))
+    out_dims = [lo + hi + n + max(0, n - 1) * it for (lo, hi, it), n in zip(config, dims)]
+    body = f"""  %v = f32[] constant({value})
+  %r = f32[{','.join(map(str, out_dims))}] pad(%p0, %v), padding={padding}"""
+    text = body_module([("p0", shp(dims))], body, shp(out_dims))
+    x = rand(*dims, seed=1)
+    (out,), _ = run_hlo(text, [x])
+    t = torch.from_numpy(x)
+    for axis, (lo, hi, it) in enumerate(config):  # interior, then edges (negative ones crop)
+        if it:
+            n = t.shape[axis]
+            spread = torch.full([*t.shape[:axis], n + (n - 1) * it, *t.shape[axis + 1:]], value)
+            spread.narrow(axis, 0, spread.shape[axis])[(slice(None),) * axis + (slice(None, None, it + 1),)] = t
+            t = spread
+        t = torch.nn.functional.pad(t.movedim(axis, -1), (lo, hi), value=value).movedim(-1, axis)
+    np.testing.assert_array_equal(out, t.numpy())
