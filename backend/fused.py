@@ -99,6 +99,10 @@ class ExprBuilder:
         self.b = builder
         self.reduce_axes: tuple[int, ...] | None = None
         self.hints = _placement_hints(comp, self.dims) if comp is not None else {}
+        if comp is not None:  # the reduced axes are known before any instruction is placed
+            reduces = [i for i in comp.instructions if i.opcode == "reduce"]
+            if reduces and tuple(reduces[0].operands[0].shape.dims) == self.dims:
+                self.reduce_axes = tuple(sorted(reduces[0].attrs.get("dimensions", ())))
         self._leaves: dict[tuple[View, tuple[int, ...]], Node] = {}  # one leaf (one load) per view
 
     @property

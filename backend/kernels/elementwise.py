@@ -17,9 +17,11 @@ from __future__ import annotations
 import itertools
 from math import prod
 
+import numpy as np
+
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
-from backend.kernels.evaluate import Coords, PVec, Temporaries, TempStore, TileEvaluator, dry_operand
+from backend.kernels.evaluate import Coords, PVec, Temporaries, TempStore, TileEvaluator, dry_operand, iota_form
 from backend.kernels.expr import Node, leaf, substitute_views, unary, varies, view_nodes, walk
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.transpose import can_transpose, transpose_kernel
@@ -78,12 +80,43 @@ class _Plan:
         self.root = substitute_views(root, {id(n): v for n, v in zip(nodes, views[1:], strict=True)})
         self.reducing = bool(red)
         self.free = tuple(red) if red else (kept[-1],)
+        self.root = _iotas_as_constants(builder, self.root, self.out, self.free)
         rest = kept if red else kept[:-1]
         self.p_axis = rest[-1] if rest else None
         self.loops = rest[:-1]
         self.P = self.out.dims[self.p_axis] if self.p_axis is not None else 1
         self.pmax = min(builder.target.partitions, self.P)
         self.F = prod(self.out.dims[a] for a in self.free)
+
+
+def _iotas_as_constants(builder: ProgramBuilder, root: Node, out: View, free: tuple[int, ...]) -> Node:
+    """An iota that no POOL ramp computes on a tile (evaluate.iota_form "table") is read as a constant
+    holding its values over the axes it varies along (broadcast along the others)."""
+    replace: dict[int, View] = {}
+    for node in walk(root):
+        view = node.view
+        if node.op != "iota" or view is None or iota_form(view, [(a, out.dims[a]) for a in free]) != "table":
+            continue
+        axes = [a for a in range(view.rank) if view.strides[a] and view.dims[a] > 1]
+        grids = np.meshgrid(*(np.arange(view.dims[a]) for a in axes), indexing="ij")
+        values = view.offset + sum(view.strides[a] * g for a, g in zip(axes, grids, strict=True))
+        const = builder.const_view(np.asarray(values, dtype=np.float32), "f32")
+        strides = [0] * view.rank
+        for a, stride in zip(axes, const.strides, strict=True):
+            strides[a] = stride
+        replace[id(node)] = View(const.buffer, view.dims, tuple(strides))
+    if not replace:
+        return root
+    memo: dict[int, Node] = {}
+    for node in walk(root):
+        if id(node) in replace:
+            memo[id(node)] = unary("convert", leaf(replace[id(node)]), node.dtype)
+        elif node.inputs:
+            memo[id(node)] = Node(node.op, node.dtype, tuple(memo[id(i)] for i in node.inputs), node.view,
+                                  node.value, node.inst)
+        else:
+            memo[id(node)] = node
+    return memo[id(root)]
 
 
 def fused_kernel(builder: ProgramBuilder, root: Node, out: View, name: str, where: str,
@@ -122,6 +155,15 @@ class _Kernel:
                 chunks = [[(outer, f0, min(step, plan.out.dims[outer] - f0))] + inner_ext
                           for f0 in range(0, plan.out.dims[outer], step)]
                 yield f"{self.name}[{','.join(map(str, idx))}{',' if idx else ''}{p0}]", fixed, p0, pw, chunks
+
+    def first_coords(self, fw: int) -> Coords:
+        """Coordinates of a first tile of `fw` free elements (dry runs): the outer free axis chunked,
+        the inner ones whole."""
+        plan = self.plan
+        inner = prod(plan.out.dims[a] for a in plan.free[1:])
+        outer = min(plan.out.dims[plan.free[0]], max(1, fw // max(1, inner)))
+        return Coords(plan.p_axis, 0, ((plan.free[0], 0, outer),) + tuple((a, 0, plan.out.dims[a])
+                                                                            for a in plan.free[1:]))
 
     def dry_leaves(self) -> dict[int, object]:
         return {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
@@ -185,7 +227,7 @@ class _LoopKernel(_Kernel):
         return tile.flat(dtype, pw, fw if self.full_root else 1)
 
     def evaluate(self, b, temps: TempStore, operands, pw, fw, coords, dst, label: str = "") -> None:
-        coords = coords or Coords(self.plan.p_axis, 0, tuple((a, 0, fw) for a in self.plan.free))
+        coords = coords or self.first_coords(fw)
         TileEvaluator(b, temps, pw, fw, operands, label=label, coords=coords).run(self.plan.root, dst)
 
 
@@ -272,7 +314,7 @@ class _RowKernel(_LoopKernel):
     def _chunk(self, b, temps: TempStore, operands, pw, fw, coords, reduces, accs, index: int = 0,
                label: str = "") -> None:
         """Reduce one chunk of the row into the running accumulators."""
-        coords = coords or Coords(self.plan.p_axis, 0, tuple((a, 0, fw) for a in self.plan.free))
+        coords = coords or self.first_coords(fw)
         partial = TileEvaluator(b, temps, pw, fw, operands, label=label, coords=coords).values(reduces)
         if accs is None:
             return

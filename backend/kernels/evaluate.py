@@ -27,6 +27,7 @@ import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
+from backend.layout import View
 from compiler.errors import CompilationError
 from isa.program import AccessPattern
 
@@ -176,7 +177,7 @@ class TileEvaluator:
         if node.op == "scalar":
             return "S"
         if node.op == "iota":
-            return "T" if self._iota_free_strides(node) else "V"
+            return "V" if self._iota_form(node) == "vector" else "T"
         kinds = [self._kind[id(i)] for i in node.inputs]
         if node.op in REDUCE_OPS:
             return "S" if kinds[0] == "S" else "V"
@@ -426,10 +427,9 @@ class TileEvaluator:
             self.b.copy(out, operand.ap, f"{self.label} {node.op}")  # type: ignore[union-attr]
         self._consume(node)
 
-    def _iota_free_strides(self, node: Node) -> list[tuple[int, int]]:
-        """(stride, count) of the iota along the tile's free axes that it varies along."""
+    def _iota_form(self, node: Node) -> str:
         assert node.view is not None and self.coords is not None
-        return [(node.view.strides[a], n) for a, _, n in self.coords.free if node.view.strides[a] and n > 1]
+        return iota_form(node.view, [(a, n) for a, _, n in self.coords.free])
 
     def _iota(self, node: Node, out: AccessPattern) -> None:
         """value = offset + strides . index: POOL/DVE iota gives base + channel_multiplier * p + i."""
@@ -441,19 +441,36 @@ class TileEvaluator:
         if c.p_axis is not None:
             base += view.strides[c.p_axis] * c.p0
             cm = view.strides[c.p_axis]
-        free = self._iota_free_strides(node)
+        form = self._iota_form(node)
         engine = self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
-        flat = all(s == math.prod(n for _, n in free[i + 1:]) for i, (s, _) in enumerate(free))
-        if flat:
+        if form in ("vector", "ramp"):
             self.b.iota(out, int(base), int(cm), f"{self.label} iota", engine=engine)
             return
-        if len(free) != 1:
-            raise CompilationError(f"{where_of(node)}: iota over several free axes of a tile is not supported")
+        if form == "table":  # the kernels read such iotas as constants (elementwise._iotas_as_constants)
+            raise CompilationError(f"{where_of(node)}: internal error: an iota over several free axes of a tile")
+        stride = next(view.strides[a] for a, _, n in c.free if n > 1)
         vec = self._scratch("V")
         self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine=engine)
         self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
-        self.b.tensor_scalar(out, out, "multiply", float(free[0][0]), f"{self.label} iota stride", op1="add",
+        self.b.tensor_scalar(out, out, "multiply", float(stride), f"{self.label} iota stride", op1="add",
                              scalar1_vec=vec)
+
+
+def iota_form(view: View, free: list[tuple[int, int]]) -> str:
+    """How a tile of [P x free axes (axis, count), outermost first] computes an iota view:
+    "vector" (constant along the free axes: one [P, 1] iota), "ramp" (the value is the flat free index:
+    one iota), "scaled" (only one free axis has more than one element: an iota times its stride),
+    "table" (none of those: the values must come from a constant)."""
+    counted = [(a, c) for a, c in free if c > 1]
+    if not any(view.strides[a] for a, _ in counted):
+        return "vector"
+    radix, expected = [], 1
+    for a, c in reversed(free):
+        radix.append((a, c, expected))
+        expected *= c
+    if all(view.strides[a] == r for a, c, r in radix if c > 1):
+        return "ramp"
+    return "scaled" if len(counted) == 1 else "table"
 
 
 def _kind_of(operand: Operand) -> str:

@@ -17,18 +17,7 @@ from tests.fuzz.harness import run_case
 HERE = Path(__file__).resolve().parent
 
 # reproducer file -> the open bug it shows (owner: file, function: symptom)
-KNOWN_BUGS: dict[str, str] = {
-    "masked_sum_over_two_axes.hlo":
-        "backend (issue 6/7): fused row kernel (backend/kernels/elementwise.py, backend/kernels/evaluate.py "
-        "TileEvaluator._iota): an iota inside a sum over several axes does not advance along the merged reduced "
-        "axes; sum over {0,1} of select(iota0 == 0, x, 0) returns x[0,0] (wrong result at -O2/-O3)",
-    "iota_mask_after_reduce.hlo":
-        "backend (issue 6/7): backend/fused.py ExprBuilder.axes_for cannot place an operand-less iota of the "
-        "kept axes in the row kernel's space ('cannot place a [2] value in a kernel over [2, 3]' at -O2/-O3)",
-    "iota_mask_runs_out_of_temporaries.hlo":
-        "backend (issue 6/7): backend/kernels/evaluate.py TileEvaluator: a sum over {0,2} of f32[1,2,2] masked "
-        "by an iota along the size-1 axis 0 runs out of temporaries ('internal error' at -O2/-O3)",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 FILES = sorted(HERE.glob("*.hlo"))
 
