@@ -106,8 +106,7 @@ class ProgramBuilder:
         """Survey a DMA, or redirect its scratch side to the tensor's SBUF image; count HBM bytes."""
         kernel = self.alloc.kernel_index
         if self.survey is not None:
-            scratch = {n for n, t in self.program.tensors.items() if t.kind == "scratch"}
-            self.survey.record(kernel, inst, scratch)
+            self.survey.record(kernel, inst, self.scratch_labels.keys())
         for side in ("dst", "src"):
             ap = inst.operands[side]
             image = self.images.get(ap.tensor) if ap.memory == "hbm" else None
@@ -124,7 +123,7 @@ class ProgramBuilder:
     def staged_from(self, view: View) -> str | None:
         """The scratch tensor behind `view`, for PoolSpec.source (None for inputs and constants)."""
         name = view.buffer.name
-        return name if name is not None and name.startswith("s") and name in self.scratch_labels else None
+        return name if name in self.scratch_labels else None
 
     def resident(self, ap: AccessPattern, compute: bool = True) -> AccessPattern | None:
         """The SBUF image access equal to the HBM access `ap` when its tensor is kept on chip (None

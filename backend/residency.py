@@ -20,6 +20,7 @@ transfers, no HBM traffic), and the allocator places each kernel's pools in the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 from isa.dtypes import dtype as isa_dtype
@@ -57,7 +58,7 @@ class Survey:
     staged: list[dict[str, int]] = field(default_factory=list)  # of those, bytes staging each scratch tensor
     persistent_bytes: int = 0  # per partition, at the top of SBUF, at the end of the program
 
-    def record(self, kernel: int, inst: Instruction, scratch: set[str]) -> None:
+    def record(self, kernel: int, inst: Instruction, scratch: Collection[str]) -> None:
         for name, write in (("dst", True), ("src", False)):
             ap = inst.operands[name]
             if ap.memory == "hbm" and ap.tensor in scratch:

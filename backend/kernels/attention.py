@@ -27,7 +27,7 @@ import numpy as np
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
 from backend.kernels.dot import _merge_groups, compute_dtype
-from backend.kernels.evaluate import _FOLD, Coords, Temporaries, TileEvaluator, dry_operand
+from backend.kernels.evaluate import FOLD, Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, walk
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import PSUM_SLOT, KOperand
@@ -407,9 +407,9 @@ def _constant_eval(root: Node, p_axis: int, p0: int, pw: int, f_axis: int, f0: i
                    + v.strides[f_axis] * (f0 + np.arange(fw))[None, :])
             memo[id(node)] = (idx.astype(np.float32) if node.op == "iota"
                               else v.buffer.data.reshape(-1)[idx].astype(np.float32))  # type: ignore[union-attr]
-        elif node.op in _FOLD:
+        elif node.op in FOLD:
             with np.errstate(all="ignore"):
-                memo[id(node)] = np.asarray(_FOLD[node.op](*(memo[id(i)] for i in node.inputs)), np.float32)
+                memo[id(node)] = np.asarray(FOLD[node.op](*(memo[id(i)] for i in node.inputs)), np.float32)
         else:
             return None
     return memo[id(root)]

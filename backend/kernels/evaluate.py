@@ -61,7 +61,7 @@ class Coords:
     fixed: tuple[tuple[int, int], ...] = ()
 
 
-_FOLD = {
+FOLD = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "max": np.maximum,
     "min": np.minimum, "pow": np.power, "is_equal": np.equal, "not_equal": np.not_equal, "is_gt": np.greater,
     "is_ge": np.greater_equal, "is_lt": np.less, "is_le": np.less_equal, "logical_and": np.logical_and,
@@ -262,7 +262,7 @@ class TileEvaluator:
         values = [np.float32(self._eval(i).value) for i in node.inputs]  # type: ignore[union-attr]
         if node.op in REDUCE_OPS:
             return float(values[0] * self.fw) if node.op == "reduce_add" else float(values[0])
-        fn = _FOLD.get(node.op)
+        fn = FOLD.get(node.op)
         if fn is None:
             raise CompilationError(f"{where_of(node)}: cannot fold {node.op} of immediates")
         with np.errstate(all="ignore"):
