@@ -9,10 +9,11 @@ blocks side by side along the free dim,
     element (r, c)  ->  partition r % 128, byte offset + ((r // 128) * row + c) * itemsize,
 
 i.e. when producer and consumers tile it with the same axis on the partitions. Candidates are taken
-greedily by HBM bytes saved per byte-kernel of SBUF they occupy; each image is placed (first fit over
-lifetimes, from the top of SBUF down) only if every kernel during its life still finds one contiguous
-block for its own pools. Images live from the start of their producer's kernel to the end of their
-last consumer's. Everything else stays in HBM: written once by its producer, read by each consumer.
+greedily by HBM bytes saved per byte-kernel of SBUF they occupy; each image is placed (best fit over
+lifetimes, like XLA's heap simulator: the smallest gap free for its whole life, at its top end) only if
+every kernel during its life still finds one contiguous block for its own pools. Images live from the
+start of their producer's kernel to the end of their last consumer's. Everything else stays in HBM:
+written once by its producer, read by each consumer.
 
 In the final pass the builder redirects the DMAs of resident tensors to their images (SBUF to SBUF
 transfers, no HBM traffic), and the allocator places each kernel's pools in the space images leave.
@@ -127,21 +128,23 @@ def _largest_gap(capacity: int, used: list[tuple[int, int]]) -> int:
 
 
 def _place(images: list[Image], survey: Survey, capacity: int) -> list[Image] | None:
-    """Offsets for `images` (first fit from the top, by start), or None when some kernel would not find
+    """Offsets for `images` (best fit, by start), or None when some kernel would not find
     a contiguous block for its pools (less the pools staging tensors that become images)."""
     placed: list[Image] = []
     for image in sorted(images, key=lambda i: (i.first, -i.nbytes)):
         busy = sorted((p.offset, p.offset + p.nbytes) for p in placed
                       if p.first <= image.last and image.first <= p.last)
-        top, moved = capacity, True
-        while moved:  # the highest slot below every overlapping image
-            moved = False
-            for lo, hi in busy:
-                if lo < top and top - image.nbytes < hi:
-                    top, moved = lo, True
-        if top - image.nbytes < 0:
+        gaps, pos = [], 0
+        for lo, hi in busy:  # free over the image's whole life
+            if lo > pos:
+                gaps.append((pos, lo))
+            pos = max(pos, hi)
+        gaps.append((pos, capacity))
+        fitting = [(hi - lo, -hi, lo, hi) for lo, hi in gaps if hi - lo >= image.nbytes]
+        if not fitting:
             return None
-        placed.append(replace(image, offset=top - image.nbytes))
+        _, _, _, hi = min(fitting)  # best fit: the smallest gap; ties: the highest (kernel pools go low)
+        placed.append(replace(image, offset=hi - image.nbytes))
     chosen = {i.tensor for i in images}
     for k, need in enumerate(survey.needs):
         staged = survey.staged[k] if k < len(survey.staged) else {}
