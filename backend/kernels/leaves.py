@@ -3,8 +3,10 @@
 A tile is [pw partitions along p_axis x the free axes]; how a leaf is read depends on its strides:
 - "pvec":   stride 0 along every free axis (e.g. a bias along the partition axis, a per-row statistic):
             a [P, 1] vector, loaded once per partition block and used as a per-partition operand.
-- "fbcast": stride 0 along p (e.g. a bias along the free axis): one DMA with partition_stride 0
-            broadcasts the row to every partition; cached per free range, so reused across blocks.
+- "fbcast": stride 0 along p (e.g. a bias along the free axis): the row is read once into one
+            partition and POOL's partition_reduce of that single partition broadcasts it to all of them
+            (a DMA with partition_stride 0 would read it from HBM once per partition); cached per free
+            range, so reused across blocks.
 - "tensor": anything else: one DMA per tile; when the leaf does not vary along the kernel's loop axes
             (e.g. an attention mask shared by every head) and all its distinct tiles fit, each is loaded
             once and kept.
@@ -21,6 +23,7 @@ from backend.kernels.expr import Node, walk
 from backend.layout import itemsize
 
 TENSOR_BUFFERS = 3
+BROADCAST_DMA_PARTITIONS = 8  # a row broadcast to more partitions is broadcast on chip (read once)
 Free = list[tuple[int, int, int]]  # (axis, start, count) per free axis, outermost first
 
 
@@ -36,6 +39,7 @@ class LeafLoader:
         self.leaves = [n for n in walk(root) if n.op == "leaf"]
         self.modes = {id(n): self._mode(n) for n in self.leaves}
         self.pools: dict[int, Pool] = {}
+        self.single: dict[int, Pool] = {}  # fbcast leaves broadcast on chip: their one-partition rows
         self._cache: dict[tuple, Tile] = {}
         self._owner: dict[int, tuple] = {}
         self.pmax = 1
@@ -67,6 +71,8 @@ class LeafLoader:
             elif mode == "fbcast":
                 bufs = f_tiles + 1 if (f_tiles + 1) * fmax * isz <= budget else 2
                 specs.append(PoolSpec(f"leaf{i}_row", "sbuf", fmax * isz, bufs))
+                if self._broadcast_on_chip(node, pmax):
+                    specs.append(PoolSpec(f"leaf{i}_one", "sbuf", fmax * isz, 2))
             elif (self.loop_axes and 0 < loop_tiles and loop_tiles * fmax * isz <= budget
                   and all(node.view.strides[a] == 0 or node.view.dims[a] == 1  # type: ignore[union-attr]
                           for a in self.loop_axes)):
@@ -76,10 +82,17 @@ class LeafLoader:
                 specs.append(PoolSpec(f"leaf{i}_tile", "sbuf", fmax * isz, TENSOR_BUFFERS))
         return specs
 
+    def _broadcast_on_chip(self, node: Node, pmax: int) -> bool:
+        """Broadcast this row to the partitions on chip (POOL) rather than by DMA?"""
+        view = node.view
+        return pmax > BROADCAST_DMA_PARTITIONS and view is not None and view.dtype in ("f32", "bf16", "f16")
+
     def bind(self, pools: dict[str, Pool]) -> None:
         for i, node in enumerate(self.leaves):
-            name = next(n for n in pools if n.startswith(f"leaf{i}_"))
+            name = next(n for n in pools if n.startswith(f"leaf{i}_") and not n.endswith("_one"))
             self.pools[id(node)] = pools[name]
+            if f"leaf{i}_one" in pools:
+                self.single[id(node)] = pools[f"leaf{i}_one"]
 
     def load(self, fixed: dict[int, int], p0: int, pw: int, free: Free | int, fw: int | None = None
              ) -> dict[int, Operand]:
@@ -104,9 +117,7 @@ class LeafLoader:
                 result[id(node)] = PVec(tile.flat(view.dtype, pw, 1))
             elif mode == "fbcast":
                 key = (id(node), fkey, tuple(free))
-                pn = self.pmax
-                tile = self._cached(node, key, lambda t, v=view, pn=pn: self._dma(
-                    t.flat(v.dtype, pn, fw), v.hbm_ap(self.p_axis, 0, pn, free, fixed)))
+                tile = self._cached(node, key, lambda t, n=node, v=view, f=free: self._broadcast(n, t, v, f, fw, fixed))
                 result[id(node)] = Tensor(tile.flat(view.dtype, pw, fw))
             elif id(node) in self.kept:
                 key = (id(node), p0, pw, tuple(free))
@@ -133,6 +144,17 @@ class LeafLoader:
             self._owner[id(tile)] = key
             fill(tile)
         return tile
+
+    def _broadcast(self, node: Node, tile: Tile, view, free: Free, fw: int, fixed: dict[int, int]) -> None:
+        """A row (constant along the partitions) into all pmax partitions of `tile`."""
+        pn = self.pmax
+        if id(node) not in self.single:
+            self._dma(tile.flat(view.dtype, pn, fw), view.hbm_ap(self.p_axis, 0, pn, free, fixed))
+            return
+        one = self.single[id(node)].next().flat(view.dtype, 1, fw)
+        self._dma(one, view.hbm_ap(self.p_axis, 0, 1, free, fixed))
+        self.builder.emit("pool", "partition_reduce", f"{self.label} broadcast row", {"op": "add"},
+                          dst=tile.flat(view.dtype, pn, fw), src=one)
 
     def _dma(self, dst, src) -> None:
         self.builder.dma(dst, src, f"{self.label} load")
