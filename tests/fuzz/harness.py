@@ -42,7 +42,6 @@ _NAMED_OPCODE = re.compile(r"%[\w.\-]+ \(([\w\-]+)\)")
 SUPPORTED_CLASSES = frozenset({"elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpose", "reshape",
                                "slice", "concatenate", "convert", "select"})
 ROOT = Path(__file__).resolve().parents[2]
-BUG_KINDS = ("rejected", "crash", "checked", "mismatch", "interpreter", "torch")
 
 
 @dataclass(frozen=True, order=True)
