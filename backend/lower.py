@@ -123,7 +123,7 @@ class Lowering:
             return order
         users = self.users.get(inst, [])
         if (len(users) == 1 and users[0].opcode == "transpose" and inst is not self.entry.root
-                and not _has_dot(inst)):  # a dot's output groups must stay mergeable
+                and _writes_any_layout(inst)):
             perm = tuple(users[0].attrs["dimensions"])
             self.b.layout_notes.append(f"%{inst.name}: stored in the order {list(perm)} of its transpose "
                                        f"%{users[0].name}")
@@ -377,13 +377,15 @@ FUSION_ANCHORS: dict[str, FusionHandler] = {
 }
 
 
-def _has_dot(inst: Instruction) -> bool:
-    """A dot, or a fusion around one dot (an attention fusion writes any layout)."""
-    if inst.opcode == "dot":
-        return True
-    comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
-    return (isinstance(comp, Computation) and inst.attrs.get("kind") != "kCustom"
-            and any(sub.opcode == "dot" for sub in comp.instructions))
+def _writes_any_layout(inst: Instruction) -> bool:
+    """Elementwise and row kernels and attention store tiles into any strided view; kernels built around
+    one op (a dot, a convolution, a gather...) need their output groups mergeable."""
+    if inst.opcode != "fusion":
+        return is_elementwise(inst) or inst.opcode == "reduce"
+    comp = inst.attrs.get("calls")
+    return (inst.attrs.get("kind") == "kCustom" or isinstance(comp, Computation)
+            and not any(sub.opcode in KERNELS or sub.opcode in FUSION_ANCHORS for sub in comp.instructions
+                        if sub.opcode not in ("reduce", "concatenate", "pad")))
 
 
 def _reduces_rows(inst: Instruction) -> bool:
