@@ -270,6 +270,9 @@ class _Attention:
         self.loader.bind(pools)
         self.temps.bind(pools)
         b.useful_macs += plan.macs
+        n_batches = int(np.prod(plan.batch_dims, dtype=np.int64))
+        for operand in self._operands((0,) * self.nb):
+            operand.note_layout(plan.name, n_batches)
         for index in itertools.product(*(range(d) for d in plan.batch_dims)):
             q, k, v = self._operands(index)
             for operand in (q, k, v):

@@ -206,6 +206,8 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     loader.bind(pools)
     temps.bind(pools)
     builder.useful_macs += plan.macs
+    for operand in (stat0, mov0):
+        operand.note_layout(plan.name, len(batches))
 
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
     supers = [p_blocks[:first]] + [p_blocks[i:i + blocks] for i in range(first, len(p_blocks), blocks)]

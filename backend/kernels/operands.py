@@ -97,6 +97,14 @@ class KOperand:
     def k_rows(self, kt: int) -> int:
         return min(self.parts, self.K - kt * self.parts)
 
+    def note_layout(self, kernel: str, batches: int = 1) -> None:
+        """Record in the memory plan's layout section how this operand reaches K-on-partitions."""
+        if self.method not in ("transpose", "strided", "strided_cast"):
+            return
+        what = (f"{self.nk * -(-self.C // self.parts) * batches} PE transposes (K is its contiguous axis)"
+                if self.method == "transpose" else "an element-wise strided DMA (small, K contiguous)")
+        self.b.layout_notes.append(f"{kernel} {self.role}: [{self.K}, {self.C}] operand by {what}")
+
     @property
     def stages(self) -> str | None:
         """The scratch tensor whose staging this operand's buffer is, when keeping that tensor on chip

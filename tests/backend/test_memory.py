@@ -91,3 +91,11 @@ def test_weights_larger_than_sbuf_stream_through():
     (out,), result = run_hlo(mlp_text(sizes, batch), [x], consts, check=False)
     np.testing.assert_allclose(out, mlp_reference(x, consts, 3, "relu"), rtol=1e-3, atol=1e-3)
     assert scratch_tensors(result) == []
+
+
+def test_layout_section_reports_transposes():
+    from tests.backend.util import dot_text
+
+    (out,), result = run_hlo(dot_text(300, 200, 100), [rand(300, 200, seed=1), rand(200, 100, seed=2)])
+    layout = result.memory_plan.split("== layout")[1]
+    assert re.search(r"k\d+\.dot stat: \[200, 300\] operand by 6 PE transposes", layout)
