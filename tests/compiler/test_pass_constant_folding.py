@@ -52,3 +52,18 @@ def test_golden_more_ops():
     # its largest operand (the big negate and gather fold, with fresh data keys)
     run_golden("constant_folding_ops", [ConstantFolding(), ConstantFolding(), ConstantFolding(),
                                         DeadCodeElimination()])
+
+
+def test_golden_shape_only_chains():
+    # values built from constants, iotas and broadcasts only fold at their chain's root when the chain holds a
+    # non-trivial op: an s64 cumsum (reduce-window) of ones into position ids, a 2-index gather of token-type
+    # ids, a reduce of an iota (whose large broadcast stays a broadcast of the folded scalar); a plain iota, a
+    # 300x300 causal mask (> CHAIN_FOLD_MAX elements) and anything reading a parameter stay
+    after = run_golden("constant_folding_shape_only", [ConstantFolding(), DeadCodeElimination()])
+    ops = {i.name: i.opcode for i in after.entry.instructions}
+    assert ops["wide"] == "broadcast" and ops["causal"] == "compare" and ops["tt"] == "iota"
+    assert not any(op in ("reduce-window", "reduce") for op in ops.values())
+    emb, _, types, wide, _, _ = after.entry.root.operands
+    np.testing.assert_array_equal(emb.operands[1].literal, np.tile(np.arange(10, dtype=np.int32), (2, 1)))
+    np.testing.assert_array_equal(types.literal, np.zeros((2, 9), np.int32))
+    assert wide.operands[0].literal == 120
