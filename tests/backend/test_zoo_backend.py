@@ -11,13 +11,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import compiler
-from compiler.errors import CompilationError
 from tests.conftest import TOLERANCES
 from tests.frontend.zoo import ZOO
-
-# op classes of the backend with their own kernels (and their own engineer): a zoo model refused inside one of
-# them is an expected failure here
-OTHER_KERNELS = ("(gather)", "(reduce-window)", "(convolution)")
 
 
 @functools.cache
@@ -31,14 +26,9 @@ def _model(name: str):
 
 def _run(name: str, cast: str, fusion: str = "greedy") -> None:
     model, inputs, expected = _model(name)
-    try:
-        exe = compiler.compile(model, inputs, auto_cast=cast, fusion=fusion)
-    except CompilationError as e:
-        if any(op in str(e).split(":")[0] for op in OTHER_KERNELS):
-            pytest.xfail(f"a form another op class's kernel does not support yet: {e}")
-        raise
+    exe = compiler.compile(model, inputs, auto_cast=cast, fusion=fusion)
     # s64 values (token ids) are int32 on the device; exe.run takes the program's own types
-    outputs = exe.run(*(t.to(torch.int32) if t.dtype == torch.int64 else t for t in inputs))
+    outputs = exe.run(*(t.to(torch.int32) if t.dtype == torch.int64 else t for t in inputs), check=True)
     assert len(outputs) == len(expected)
     for out, ref in zip(outputs, expected, strict=True):
         np.testing.assert_allclose(np.asarray(out, np.float32), ref, **TOLERANCES["f32" if cast == "none" else "bf16"])
