@@ -155,7 +155,5 @@ ZOO: dict[str, Callable[[], tuple[nn.Module, tuple]]] = {
 
 EMULATED = tuple(ZOO)  # every graph of every zoo model
 
-# torch.compile options per model. hf_bert: at 9986090 its graph is right through the interpreter and on
-# the emulator at -O0/-O1, but -O2 gives wrong numbers for batch rows >= 1 (a pass or backend bug,
-# reported); -O1 keeps the torch.compile path covered until that is fixed.
-COMPILE_OPTIONS: dict[str, dict] = {"hf_bert": {"opt_level": 1}}
+# torch.compile options per model (none needed: hf_bert's -O2 wrong numbers at 9986090 are fixed since).
+COMPILE_OPTIONS: dict[str, dict] = {}
