@@ -197,7 +197,8 @@ class View:
     def const_array(self) -> np.ndarray:
         """The logical array of a constant view (in the logical dtype)."""
         assert self.buffer.data is not None
-        base = self.buffer.data
+        # offset and strides count elements of the flat buffer, whatever shape the constant was given
+        base = np.ascontiguousarray(self.buffer.data).reshape(-1)
         item = base.itemsize
         arr = np.lib.stride_tricks.as_strided(base[self.offset:], shape=self.dims,
                                               strides=tuple(s * item for s in self.strides))
