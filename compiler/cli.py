@@ -31,7 +31,7 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
         p.add_argument(f"-O{level}", dest="opt_level", action="store_const", const=level)
     p.add_argument("--auto-cast", default="none", choices=["none", "matmult", "all"])
     p.add_argument("--auto-cast-type", default="bf16", choices=["bf16", "fp8_e4m3"])
-    p.add_argument("--fusion", default="greedy", choices=["none", "greedy", "cost"],
+    p.add_argument("--fusion", default="greedy",
                    help="fusion strategy: none, greedy (producer-consumer), cost (cost-model driven)")
     p.add_argument("--scheduler", default="list", choices=["list", "inorder"],
                    help="list: critical-path list scheduling; inorder: program order (for comparison)")
