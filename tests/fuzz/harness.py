@@ -40,7 +40,7 @@ OPCODE_CLASSES = {"reduce": "reduce", "dot": "dot", "transpose": "transpose", "r
                   "compare": "select", "select": "select", "clamp": "select", "iota": "select", "pad": "pad"}
 _NAMED_OPCODE = re.compile(r"%[\w.\-]+ \(([\w\-]+)\)")
 SUPPORTED_CLASSES = frozenset({"elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpose", "reshape",
-                               "slice", "concatenate", "convert", "select"})
+                               "slice", "concatenate", "convert", "select", "pad"})
 ROOT = Path(__file__).resolve().parents[2]
 
 
