@@ -77,6 +77,7 @@ from compiler.hlo.shape_util import (
     fail,
     fmt,
     need_declared,
+    reduction_operands,
     same_arrays,
     same_shape,
     scalar_of,
@@ -295,22 +296,13 @@ def _pad(ops, attrs, declared):
 
 
 def _reduce(ops, attrs, declared):
-    if len(ops) < 2 or len(ops) % 2:
-        raise fail(f"takes inputs and as many init values, got {len(ops)} operands")
-    arity(ops, len(ops))
-    n = len(ops) // 2
-    inputs, inits = ops[:n], ops[n:]
-    for i, s in enumerate(inputs[1:], 1):
-        if s.dims != inputs[0].dims:
-            raise fail(f"input {i} {fmt(s)} and input 0 {fmt(inputs[0])} have different dims")
-    for i, (s, init) in enumerate(zip(inputs, inits, strict=True)):
-        scalar_of(init, s.dtype, f"init value {i}")
+    inputs, inits = reduction_operands(ops)
     axes = dims_attr(attrs, "dimensions")
     check_axes(axes, inputs[0].rank, "dimensions")
     computation_attr(attrs)
     kept = [d for i, d in enumerate(inputs[0].dims) if i not in axes]
     results = [array(s.dtype, kept) for s in inputs]
-    return results[0] if n == 1 else Shape.tuple_of(results)
+    return results[0] if len(inputs) == 1 else Shape.tuple_of(results)
 
 
 def _dot(ops, attrs, declared):

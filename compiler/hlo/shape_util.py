@@ -119,3 +119,17 @@ def same_arrays(ops: list[Shape], first: int = 0) -> None:
 def scalar_of(shape: Shape, dtype: str, what: str) -> None:
     if shape.is_tuple or shape.rank != 0 or shape.dtype != dtype:
         raise fail(f"{what} {fmt(shape)} must be a {dtype} scalar")
+
+
+def reduction_operands(ops: list[Shape]) -> tuple[list[Shape], list[Shape]]:
+    """(inputs, init values) of a variadic reduce or reduce-window: n same-dims inputs, then n scalar inits."""
+    if len(ops) < 2 or len(ops) % 2:
+        raise fail(f"takes inputs and as many init values, got {len(ops)} operands")
+    n = len(ops) // 2
+    inputs, inits = ops[:n], ops[n:]
+    for i, s in enumerate(inputs[1:], 1):
+        if s.dims != inputs[0].dims:
+            raise fail(f"input {i} {fmt(s)} and input 0 {fmt(inputs[0])} have different dims")
+    for i, (s, init) in enumerate(zip(inputs, inits, strict=True)):
+        scalar_of(init, s.dtype, f"init value {i}")
+    return inputs, inits

@@ -20,7 +20,7 @@ from compiler.hlo.shape_util import (
     fail,
     fmt,
     int_attr,
-    scalar_of,
+    reduction_operands,
     types,
 )
 
@@ -142,23 +142,14 @@ def _convolution(ops, attrs, declared):
 
 
 def _reduce_window(ops, attrs, declared):
-    if len(ops) < 2 or len(ops) % 2:
-        raise fail(f"takes inputs and as many init values, got {len(ops)} operands")
-    arity(ops, len(ops))
-    n = len(ops) // 2
-    inputs, inits = ops[:n], ops[n:]
-    for i, s in enumerate(inputs[1:], 1):
-        if s.dims != inputs[0].dims:
-            raise fail(f"input {i} {fmt(s)} and input 0 {fmt(inputs[0])} have different dims")
-    for i, (s, init) in enumerate(zip(inputs, inits, strict=True)):
-        scalar_of(init, s.dtype, f"init value {i}")
+    inputs, inits = reduction_operands(ops)
     window = window_of(attrs, inputs[0].rank, f"the operand {fmt(inputs[0])}")
     if any(d.reversal for d in window.dims):
         raise fail("reduce-window takes no rhs_reversal")
     computation_attr(attrs)
     dims = [window_output_size(size, w) for size, w in zip(inputs[0].dims, window.dims, strict=True)]
     results = [array(s.dtype, dims) for s in inputs]
-    return results[0] if n == 1 else Shape.tuple_of(results)
+    return results[0] if len(inputs) == 1 else Shape.tuple_of(results)
 
 
 WINDOW_RULES: dict[str, Rule] = {"convolution": _convolution, "reduce-window": _reduce_window}
