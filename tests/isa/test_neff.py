@@ -245,3 +245,16 @@ def test_load_errors_name_the_file(tmp_path) -> None:
     (tmp_path / "model.s").write_text("; neuronc ISA program\n")
     with pytest.raises(NeffError, match=r"model.s: not a .neff file: it starts with b'; neuron'"):
         neff.load(tmp_path / "model.s")
+
+
+def test_saved_file_follows_the_umask(tmp_path):
+    import os
+
+    from isa.constants import write_atomic
+
+    old = os.umask(0o022)
+    try:
+        write_atomic(tmp_path / "x.neff", b"data")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "x.neff").stat().st_mode & 0o777 == 0o644
