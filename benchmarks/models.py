@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from tests.frontend.zoo import MLP  # the zoo's MLP (GELU between layers), at benchmark sizes
+
 GPT2_SMALL = {"d": 768, "heads": 12, "mlp": 3072, "layers": 12}
 
 
@@ -33,19 +35,6 @@ class Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x)
-
-
-class MLP(nn.Module):
-    def __init__(self, sizes: tuple[int, ...]):
-        super().__init__()
-        self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes, sizes[1:], strict=False))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        for i, layer in enumerate(self.layers):
-            x = layer(x)
-            if i < len(self.layers) - 1:
-                x = F.gelu(x)
-        return x
 
 
 class BasicBlock(nn.Module):
