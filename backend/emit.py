@@ -16,6 +16,7 @@ from backend.layout import Buffer, View, itemsize
 from backend.options import BackendOptions
 from backend.residency import Image, ResidencyMismatch, Survey
 from isa.dtypes import dtype as isa_dtype
+from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern, Instruction, Program
 from isa.target import Target
 
@@ -132,7 +133,7 @@ class ProgramBuilder:
         moved = image.translate(ap) if image is not None else None
         if moved is None:
             return None
-        if compute and not _start_partition_ok(moved.start_partition, moved.partitions):
+        if compute and not start_partition_allowed(moved.start_partition, moved.partitions):
             return None
         return moved
 
@@ -282,11 +283,3 @@ def _sub_outer(ap: AccessPattern, i0: int, n: int) -> AccessPattern:
     stride, _ = ap.pattern[0]
     return replace(ap, offset=ap.offset + i0 * stride * ap.itemsize, pattern=((stride, n), *ap.pattern[1:]))
 
-
-def _start_partition_ok(start: int, count: int) -> bool:
-    """machine-model.md: 65-128 partitions start at 0; 33-64 at 0 or 64; 1-32 at 0, 32, 64 or 96."""
-    if count > 64:
-        return start == 0
-    if count > 32:
-        return start in (0, 64)
-    return start % 32 == 0

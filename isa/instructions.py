@@ -24,6 +24,27 @@ ALU_OPS = (
     "add", "subtract", "multiply", "divide", "max", "min", "pow", *COMPARE_OPS,
     "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
 )
+# machine-model.md "Start partition rule": (largest partition count, allowed start partitions)
+START_PARTITIONS: tuple[tuple[int, tuple[int, ...]], ...] = (
+    (32, (0, 32, 64, 96)),
+    (64, (0, 64)),
+    (128, (0,)),
+)
+
+
+def allowed_starts(count: int) -> tuple[int, ...]:
+    """The start partitions a compute engine may use for an access of `count` partitions."""
+    for largest, starts in START_PARTITIONS:
+        if count <= largest:
+            return starts
+    return ()
+
+
+def start_partition_allowed(start: int, count: int) -> bool:
+    """Whether compute engines may address partitions [start, start + count)."""
+    return start in allowed_starts(count)
+
+
 REDUCE_OPS = ("add", "max", "min")
 # ACT's per-partition accumulator registers (NKI reduce_cmd): leave, zero, add the outputs' sum,
 # or zero then add.

@@ -29,6 +29,7 @@ from compiler.hlo.ir import Computation, WindowDim
 from compiler.hlo.ir import Instruction as HloInstruction
 from compiler.hlo.shape_util import ShapeInferenceError
 from compiler.hlo.shape_window import window_of, window_output_size
+from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 
 # reducer computation root opcode -> (ISA op, identity)
@@ -117,11 +118,6 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
     return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, init_value)
 
 
-def _startable(start: int, count: int) -> bool:
-    """Whether compute engines may address partitions [start, start + count) (machine-model.md)."""
-    return start == 0 or (count <= 64 and start % 64 == 0) or (count <= 32 and start % 32 == 0)
-
-
 def pool_kernel(builder: ProgramBuilder, plan: PoolPlan) -> None:
     _PoolKernel(builder, plan).run()
 
@@ -193,7 +189,7 @@ class _PoolKernel:
         label = f"{plan.name} p{p0} v{band.v0}"
         # rows outside the input: per group where its partitions may start an instruction (so the fill
         # does not order the other groups' loads behind it), else for all partitions at once
-        per_group = all(_startable(k * pw, pw) for k in range(self.groups))
+        per_group = all(start_partition_allowed(k * pw, pw) for k in range(self.groups))
         for k, first, count in ([(k, k * pw, pw) for k in range(self.groups)] if per_group else [(None, 0, parts)]):
             shifts = [k * self.shift] if k is not None else [0, (self.groups - 1) * self.shift]
             top = min(max(-band.v0 - shifts[0], 0), nv)

@@ -16,7 +16,7 @@ from typing import NoReturn
 
 from isa.dtypes import DTYPES
 from isa.errors import ProgramError, RuleViolation
-from isa.instructions import ALL_AXES, NO_OP, OPCODES, OpcodeSpec, reduce_axes
+from isa.instructions import ALL_AXES, NO_OP, OPCODES, OpcodeSpec, allowed_starts, reduce_axes, start_partition_allowed
 from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
@@ -35,12 +35,6 @@ ENGINE_MEMORIES: dict[str, tuple[str, ...]] = {
     "sp": ("sbuf", "psum", "hbm"),
 }
 
-# machine-model.md "Start partition rule": (largest partition count, allowed start partitions)
-START_PARTITIONS: tuple[tuple[int, tuple[int, ...]], ...] = (
-    (32, (0, 32, 64, 96)),
-    (64, (0, 64)),
-    (128, (0,)),
-)
 
 ATTR_KINDS: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
 
@@ -191,12 +185,9 @@ class RuleChecker:
             self._fail(who, f"{what}: partitions out of range", f"[{start}, {start + count}) of {parts}")
         if not start_rule:
             return
-        for largest, starts in START_PARTITIONS:
-            if count <= largest:
-                if start not in starts:
-                    self._fail(who, f"{what}: start partition rule",
-                               f"{count} partitions may start at {starts}, not {start}")
-                return
+        if not start_partition_allowed(start, count):
+            self._fail(who, f"{what}: start partition rule",
+                       f"{count} partitions may start at {allowed_starts(count)}, not {start}")
 
     # opcode-specific rules -------------------------------------------------------------------
 
