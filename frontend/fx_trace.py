@@ -68,6 +68,9 @@ class ConcreteProxy(fx.Proxy):
         value = self.tracer.values.get(self.node)
         if isinstance(value, torch.Tensor) and name in _DESCRIPTIVE:
             return getattr(value, name)
+        if value is not None and not hasattr(value, name):
+            # as the real value would: hasattr(x, "jax") in transformers' jax-tracing probe must be False
+            raise AttributeError(f"{type(value).__name__!r} object has no attribute {name!r}")
         return super().__getattr__(name)
 
     @classmethod
