@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from backend.residency import Image, ResidencyMismatch
-from compiler.errors import CompilationError
+from hlo.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 from isa.target import Target

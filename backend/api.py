@@ -12,7 +12,7 @@ from backend.options import BackendOptions
 from backend.report import memory_plan
 from backend.residency import Image, ResidencyMismatch, Survey, plan_residency
 from backend.schedule import schedule
-from compiler.hlo.ir import Module
+from hlo.ir import Module
 from isa.program import Program
 from isa.target import Target, load_target
 
@@ -30,7 +30,7 @@ def compile_module(module: Module, target: Target | str, *, options: BackendOpti
     Two lowering passes: the first writes every tensor between kernels to HBM and records how kernels
     access them (residency.Survey); the second keeps the ones the residency plan chose in SBUF.
 
-    Raises compiler.errors.CompilationError naming the HLO instruction for anything the backend cannot
+    Raises hlo.errors.CompilationError naming the HLO instruction for anything the backend cannot
     lower or fit.
     """
     if isinstance(target, str):

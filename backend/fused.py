@@ -15,8 +15,9 @@ from typing import Any
 from backend.kernels import expr
 from backend.kernels.expr import Node
 from backend.layout import View, isa_dtype_of
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Computation, Instruction, Quoted, SliceSpec
+from hlo.errors import CompilationError
+from hlo.ir import Computation, Instruction, SliceSpec
+from hlo.opcodes import custom_call_target, is_elementwise
 
 LAYOUT_OPS = ("parameter", "constant", "tuple", "get-tuple-element", "transpose", "reshape", "bitcast",
               "broadcast", "slice", "convert", "copy")
@@ -33,15 +34,16 @@ class Expr:
 Value = Any  # View | Expr | list[Value] (a tuple)
 
 
-def custom_target(inst: Instruction) -> str | None:
-    target = inst.attrs.get("custom_call_target")
-    return target.text if isinstance(target, Quoted) else None
-
-
-def is_elementwise(inst: Instruction) -> bool:
+def has_tile_rule(inst: Instruction) -> bool:
+    """An elementwise op (or iota, or copy) that the tile-expression builder lowers (expr's tables)."""
     op = inst.opcode
-    return (op in expr.HLO_BINARY or op in expr.HLO_UNARY or op in ("compare", "select", "clamp", "iota")
-            or (op == "custom-call" and custom_target(inst) in expr.CUSTOM_CALL_UNARY))
+    if op in ("iota", "copy"):
+        return True
+    if not is_elementwise(inst):
+        return False
+    if op == "custom-call":
+        return custom_call_target(inst) in expr.CUSTOM_CALL_UNARY
+    return op in expr.HLO_BINARY or op in expr.HLO_UNARY or op in expr.STRUCTURED_ELEMENTWISE
 
 
 def reducer_kind(inst: Instruction) -> str:
@@ -150,7 +152,7 @@ class ExprBuilder:
             return self._layout_of_expr(inst, ops)
         if op == "reduce":
             return self._reduce(inst, ops)
-        if not is_elementwise(inst):
+        if not has_tile_rule(inst):
             raise CompilationError(f"{inst.where()}: op {op} is not supported by the backend here")
         axes = self.axes_for(inst, ops)
         dtype = isa_dtype_of(inst)
@@ -212,7 +214,7 @@ def elementwise_node(inst: Instruction, nodes: list[Node], dtype: str) -> Node:
         return expr.clamp(nodes[0], nodes[1], nodes[2], dtype, inst)
     if op in expr.HLO_UNARY and len(nodes) == 1:
         return expr.unary(expr.HLO_UNARY[op], nodes[0], dtype, inst)
-    target = custom_target(inst)
+    target = custom_call_target(inst)
     if op == "custom-call" and target in expr.CUSTOM_CALL_UNARY and len(nodes) == 1:
         return expr.unary(expr.CUSTOM_CALL_UNARY[target], nodes[0], dtype, inst)
     what = f"custom-call {target!r}" if op == "custom-call" else f"op {op}"
@@ -233,7 +235,7 @@ def _placement_hints(comp: Computation, dims: tuple[int, ...]) -> dict[int, tupl
             continue
         if inst.opcode == "broadcast":
             hints.setdefault(inst.operands[0].uid, tuple(axes[d] for d in inst.attrs.get("dimensions", ())))
-        elif is_elementwise(inst) or inst.opcode in ("convert", "copy"):
+        elif has_tile_rule(inst) or inst.opcode in ("convert", "copy"):
             for o in inst.operands:
                 if o.shape.rank == inst.shape.rank:
                     hints.setdefault(o.uid, axes)

@@ -13,8 +13,8 @@ from math import prod
 
 import numpy as np
 
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction
+from hlo.errors import CompilationError
+from hlo.ir import Instruction
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 

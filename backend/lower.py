@@ -19,8 +19,7 @@ from backend.fused import (
     Expr,
     ExprBuilder,
     Value,
-    custom_target,
-    is_elementwise,
+    has_tile_rule,
     kernel_space,
     layout_value,
     view_of,
@@ -34,10 +33,11 @@ from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Computation, Instruction, Module
-from compiler.hlo.shape_inference import parse_padding
-from compiler.hlo.shape_util import ShapeInferenceError
+from hlo.errors import CompilationError
+from hlo.ir import Computation, Instruction, Module
+from hlo.opcodes import custom_call_target
+from hlo.shape_inference import parse_padding
+from hlo.shape_util import ShapeInferenceError
 
 Handler = Callable[["Lowering", Instruction, list[Value]], Value]
 FusionHandler = Callable[["Lowering", Instruction, Computation, list[Value]], Value]
@@ -153,9 +153,9 @@ class Lowering:
             return handler(self, inst, ops)
         if inst.opcode in LAYOUT_OPS:
             return self._layout(inst, ops)
-        if is_elementwise(inst):
+        if has_tile_rule(inst):
             return _elementwise(self, inst, ops)
-        what = f"custom-call {custom_target(inst)!r}" if inst.opcode == "custom-call" else f"op {inst.opcode}"
+        what = f"custom-call {custom_call_target(inst)!r}" if inst.opcode == "custom-call" else f"op {inst.opcode}"
         raise CompilationError(f"{inst.where()}: {what} is not supported by the backend")
 
     def materialize(self, view: View, inst: Instruction) -> View:
@@ -179,7 +179,7 @@ class Lowering:
 
 
 def is_compute(inst: Instruction) -> bool:
-    return inst.opcode in KERNELS or (is_elementwise(inst) and inst.opcode not in ("convert", "copy"))
+    return inst.opcode in KERNELS or (has_tile_rule(inst) and inst.opcode not in ("convert", "copy"))
 
 
 # -- handlers ---------------------------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ def anchored_fusion(opcode: str, plan_fn: Callable, kernel_fn: Callable, materia
 
 
 def _attention_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: list[Value]) -> Value:
-    """softmax(f(Q K^T)) V (kind=kCustom, see compiler/passes/fusion_attention.py): one flash kernel."""
+    """softmax(f(Q K^T)) V (kind=kCustom, see compiler/passes/fusion/attention.py): one flash kernel."""
     dots = [sub for sub in comp.post_order() if sub.opcode == "dot"]
     if len(dots) != 2:
         raise CompilationError(f"{inst.where()}: an attention fusion needs two dots, it has {len(dots)}")
@@ -381,7 +381,7 @@ def _writes_any_layout(inst: Instruction) -> bool:
     """Elementwise and row kernels and attention store tiles into any strided view; kernels built around
     one op (a dot, a convolution, a gather...) need their output groups mergeable."""
     if inst.opcode != "fusion":
-        return is_elementwise(inst) or inst.opcode == "reduce"
+        return has_tile_rule(inst) or inst.opcode == "reduce"
     comp = inst.attrs.get("calls")
     return (inst.attrs.get("kind") == "kCustom" or isinstance(comp, Computation)
             and not any(sub.opcode in KERNELS or sub.opcode in FUSION_ANCHORS for sub in comp.instructions

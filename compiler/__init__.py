@@ -1,17 +1,9 @@
-"""neuronc compiler: HLO IR, passes, and the public API (compile, load)."""
+"""neuronc, as users meet it: ``compiler.compile``, ``compiler.load`` and the ``Executable`` they return.
 
-from __future__ import annotations
+The package is the top layer: it imports the IR (hlo), the frontend, the backend and the machine (isa); nothing
+below imports it back.
+"""
 
-from typing import Any
+from compiler.driver import Executable, compile, load
 
 __all__ = ["compile", "load", "Executable"]
-
-
-def __getattr__(name: str) -> Any:
-    # The driver imports every layer; load it lazily so that `import compiler.hlo.ir`
-    # from the backend or frontend does not pull the whole compiler in.
-    if name in __all__:
-        from compiler import driver
-
-        return getattr(driver, name)
-    raise AttributeError(f"module 'compiler' has no attribute {name!r}")

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Module, Shape
-from compiler.hlo.printer import format_shape
+from hlo.errors import CompilationError
+from hlo.ir import Module, Shape
+from hlo.printer import format_shape
 
 GIB = 1 << 30
 

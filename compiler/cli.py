@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import logging
 import os
 import re
 import sys
@@ -13,7 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.errors import NeuroncError
+from compiler import driver, options
+from compiler.model_files import load_model_file
+from frontend import supported_operators
+from hlo.errors import NeuroncError
+from isa import neff
+from isa.asm import load_asm_file, print_program, save_asm_file
+from isa.dtypes import dtype as isa_dtype
 from isa.errors import InputError, IsaError
 
 EXIT_ERROR = 1  # bad input: the message says what and where
@@ -26,22 +34,8 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("model", help="a .py file defining get_model(), a .pt2 ExportedProgram or a .hlo file")
     p.add_argument("-o", "--output", help="output .neff (default: MODEL's name with .neff)")
     p.add_argument("--entry", default="get_model", help="function of a .py model file to call")
-    p.add_argument("--target", default="trn1", help="trn1, trn2 or a target JSON file")
-    for level in range(4):
-        p.add_argument(f"-O{level}", dest="opt_level", action="store_const", const=level)
-    p.add_argument("--auto-cast", default="none", choices=["none", "matmult", "all"])
-    p.add_argument("--auto-cast-type", default="bf16", choices=["bf16", "fp8_e4m3"])
-    p.add_argument("--fusion", default="greedy",
-                   help="fusion strategy: none, greedy (producer-consumer), cost (cost-model driven)")
-    p.add_argument("--scheduler", default="list", choices=["list", "inorder"],
-                   help="list: critical-path list scheduling; inorder: program order (for comparison)")
-    p.add_argument("--capture", default="export", choices=["export", "fx"])
-    p.add_argument("--dump-dir", help="write IR after each pass, fusion decisions, memory plan, schedule, program.s")
-    p.add_argument("--dump-pass-re", help="only dump after passes whose name matches this regex")
-    p.add_argument("--verify-each", action="store_true", help="run the HLO verifier after every pass")
-    p.add_argument("--disable-pass", action="append", default=[], metavar="NAME")
-    p.add_argument("--timing", action="store_true", help="print the time each pass took")
-    p.set_defaults(func=cmd_compile, opt_level=None)
+    options.add_arguments(p)
+    p.set_defaults(func=cmd_compile)
 
 
 def _add_run_and_profile(sub: argparse._SubParsersAction) -> None:
@@ -99,9 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    from compiler import driver
-    from compiler.model_files import load_model_file
-
     output = args.output or str(Path(args.model).with_suffix(".neff").name)
     check_writable(output, "the output .neff")
     if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
@@ -109,12 +100,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_torch()
     model, example_inputs = load_model_file(args.model, args.entry)
-    exe = driver.compile(model, example_inputs, target=args.target,
-                         opt_level=2 if args.opt_level is None else args.opt_level,
-                         auto_cast=args.auto_cast, dump_dir=args.dump_dir, auto_cast_type=args.auto_cast_type,
-                         dump_pass_re=args.dump_pass_re, verify_each=args.verify_each,
-                         disabled_passes=tuple(args.disable_pass), fusion=args.fusion, capture=args.capture,
-                         scheduler=args.scheduler)
+    exe = driver.compile_options(model, example_inputs, options.from_arguments(args))
     exe.save(output)
     program = exe.program
     print(f"compiled {args.model} for {program.target}: {len(program.instructions)} instructions, "
@@ -137,7 +123,6 @@ def _inputs(exe, args: argparse.Namespace) -> list[np.ndarray]:
 
 
 def _load_input(path: str, spec: tuple[str, str, tuple[int, ...]]) -> np.ndarray:
-    from isa.dtypes import dtype as isa_dtype
 
     name, dt, shape = spec
     try:
@@ -159,8 +144,6 @@ def _load_input(path: str, spec: tuple[str, str, tuple[int, ...]]) -> np.ndarray
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from compiler import driver
-
     if args.output:
         check_writable(args.output, "--output")
     exe = driver.load(args.neff)
@@ -177,9 +160,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    import json
 
-    from compiler import driver
 
     for path, what in ((args.trace, "--trace"), (args.json, "--json")):
         if path:
@@ -197,9 +178,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_asm(args: argparse.Namespace) -> int:
-    from compiler import driver
-    from isa import neff
-    from isa.asm import load_asm_file
 
     check_writable(args.output, "the output .neff")
     check_utf8(args.source, "an ISA text file")
@@ -214,8 +192,6 @@ def cmd_asm(args: argparse.Namespace) -> int:
 
 
 def cmd_disasm(args: argparse.Namespace) -> int:
-    from isa import neff
-    from isa.asm import print_program, save_asm_file
 
     if args.output:
         check_writable(args.output, "the output text")
@@ -230,7 +206,6 @@ def cmd_disasm(args: argparse.Namespace) -> int:
 def cmd_list_operators(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_torch()
-    from frontend import supported_operators
 
     ops = supported_operators()
     print("\n".join(ops))
@@ -322,8 +297,6 @@ def _umask() -> int:
 def quiet_torch() -> None:
     """Silence torch's own error logging (it logs tracebacks of failed meta kernels during export); the
     failure reaches the user as one clear error. --verbose keeps it."""
-    import logging
-
     import torch  # noqa: F401 - torch configures its loggers on import; quiet them afterwards
 
     logging.getLogger("torch").setLevel(logging.CRITICAL)

@@ -12,39 +12,25 @@ from typing import Any
 
 import numpy as np
 
+from backend import compile_module as backend_compile
+from backend.options import BackendOptions
 from compiler import capacity
-from compiler.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
-from compiler.hlo.ir import Module
+from compiler.options import CompileOptions, make_options
+from compiler.pipeline import build_pipeline
+from frontend import import_model
+from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
+from hlo.io import load_hlo_file
+from hlo.ir import Module
+from hlo.parser import parse_module
+from hlo.printer import print_module
+from hlo.verifier import verify_module
+from isa import neff
+from isa.asm import print_program
 from isa.dtypes import dtype as isa_dtype
+from isa.emulator import run_program
 from isa.errors import InputError
 from isa.program import Program
-
-SCHEDULERS = ("list", "inorder")
-
-
-@dataclass
-class CompileOptions:
-    """Everything that steers one compilation (the CLI flags of design.md)."""
-
-    target: str = "trn1"
-    opt_level: int = 2
-    auto_cast: str = "none"
-    auto_cast_type: str = "bf16"
-    dump_dir: str | None = None
-    dump_pass_re: str | None = None
-    verify_each: bool = False
-    disabled_passes: tuple[str, ...] = ()
-    fusion: str = "greedy"
-    scheduler: str = "list"
-    capture: str = "export"
-    timing: bool = False
-
-    def validate(self) -> None:
-        # auto-cast, fusion and pass names are checked by PipelineOptions, where they are used.
-        if self.opt_level not in (0, 1, 2, 3):
-            raise NeuroncError(f"opt_level must be 0..3, got {self.opt_level}")
-        if self.scheduler not in SCHEDULERS:
-            raise NeuroncError(f"scheduler must be one of {', '.join(SCHEDULERS)}, got {self.scheduler!r}")
+from isa.target import load_target as isa_load_target
 
 
 @dataclass
@@ -58,8 +44,6 @@ class Executable:
 
     @property
     def asm(self) -> str:
-        from isa.asm import print_program
-
         return print_program(self.program)
 
     @property
@@ -88,15 +72,11 @@ class Executable:
 
     def run(self, *inputs: Any, check: bool = False, progress: bool = False) -> list[np.ndarray]:
         """Run on the emulator; returns the outputs in order as numpy arrays."""
-        from isa.emulator import run_program
-
         result = run_program(self.program, self._bind(inputs), check=check, progress=progress)
         return [result.outputs[name] for name in self.program.outputs]
 
     def profile(self, *inputs: Any, check: bool = False, progress: bool = False):
         """Run with timing; returns the emulator's Profile."""
-        from isa.emulator import run_program
-
         return run_program(self.program, self._bind(inputs), check=check, progress=progress).profile
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
@@ -111,8 +91,6 @@ class Executable:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the .neff container (atomically)."""
-        from isa import neff
-
         self.program.meta["hlo"] = self.hlo
         neff.save(self.program, os.fspath(path))
 
@@ -133,8 +111,6 @@ def to_numpy(value: Any) -> np.ndarray:
 
 def load(path: str | os.PathLike) -> Executable:
     """Load an Executable from a .neff file written by Executable.save or `neuronc compile`."""
-    from isa import neff
-
     program = neff.load(os.fspath(path))
     for kind, names in (("input", program.inputs), ("output", program.outputs)):
         for name in names:
@@ -152,8 +128,6 @@ def load(path: str | os.PathLike) -> Executable:
 
 def load_target(name_or_path: str) -> Any:
     """The isa Target; a NeuroncError naming the target when it is unknown or its file is malformed."""
-    from isa.target import load_target as isa_load_target
-
     try:
         return isa_load_target(name_or_path)
     except json.JSONDecodeError as e:
@@ -178,9 +152,6 @@ def _read_hlo_file(path: str) -> str:
 def _load_hlo(path: str, target_machine: Any) -> tuple[Module, str]:
     """An .hlo file and its constants; a constant too large for HBM is reported before its data is read,
     and before a missing side file is."""
-    from compiler.hlo.io import load_hlo_file
-    from compiler.hlo.parser import parse_module
-
     text = _read_hlo_file(path)
     try:
         return load_hlo_file(path), text
@@ -201,8 +172,6 @@ def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOp
         return model, None, None
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
-        from compiler.hlo.parser import parse_module
-
         if "HloModule" in text or "\n" in text:  # HLO text (a path has neither)
             return parse_module(text), text, None
         try:
@@ -214,15 +183,11 @@ def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOp
         module, hlo_text = _load_hlo(text, target_machine)
         return module, hlo_text, text
     capacity.check_model(model, tuple(example_inputs), target_machine)
-    from frontend import import_model
-
     return import_model(model, tuple(example_inputs), capture=options.capture), None, None
 
 
 def _verify(module: Module, text: str | None, source: str | None) -> None:
     """The verifier, its error prefixed with file:line of the instruction it names when the text is known."""
-    from compiler.hlo.verifier import verify_module
-
     try:
         verify_module(module)
     except VerificationError as e:
@@ -252,9 +217,12 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
     Extra keyword arguments are fields of CompileOptions (auto_cast_type, dump_pass_re, verify_each,
     disabled_passes, fusion, capture, timing).
     """
-    options = CompileOptions(target=target, opt_level=opt_level, auto_cast=auto_cast, dump_dir=dump_dir,
-                             **kwargs)
-    options.validate()
+    options = make_options(target=target, opt_level=opt_level, auto_cast=auto_cast, dump_dir=dump_dir, **kwargs)
+    return compile_options(model, example_inputs, options)
+
+
+def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions) -> Executable:
+    """`compile` with the options already gathered (the CLI builds them from its flags)."""
     target_machine = load_target(options.target)
     module, text, source = _import_module(model, example_inputs, options, target_machine)
     capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
@@ -264,18 +232,9 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
 
 def compile_module(module: Module, target_machine: Any, options: CompileOptions) -> Executable:
     """Run the pass pipeline and the backend on an HLO module."""
-    from backend import compile_module as backend_compile
-    from backend.options import BackendOptions
-    from compiler.hlo.printer import print_module
-    from compiler.hlo.verifier import verify_module
-    from compiler.pass_manager import PipelineOptions, build_pipeline
-
     verify_module(module)
     capacity.check_module(module, target_machine)
-    pipeline = build_pipeline(options.opt_level, PipelineOptions(
-        auto_cast=options.auto_cast, auto_cast_type=options.auto_cast_type, fusion=options.fusion,
-        dump_dir=options.dump_dir, dump_pass_re=options.dump_pass_re, verify_each=options.verify_each,
-        disabled_passes=tuple(options.disabled_passes)))
+    pipeline = build_pipeline(options.opt_level, options)
     pipeline.run(module)
     result = backend_compile(module, target_machine,
                              options=BackendOptions(list_schedule=options.scheduler == "list"))

@@ -8,7 +8,7 @@ File names (``NNNN`` counts the dumps of one module, starting at 0000)::
     fusion_decisions.txt                    one line per fusion considered, taken or refused
 
 Every .hlo names the constants file in its header, so each dump parses back with
-``compiler.hlo.io.load_hlo_file`` and can be compiled again on its own.
+``hlo.io.load_hlo_file`` and can be compiled again on its own.
 
 The constants file holds the *union* of the large constants of all dumps. The first dump writes it through
 ``save_hlo_file(..., constants_file=...)``; it is rewritten only when a pass creates a constant it does not hold
@@ -25,10 +25,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.errors import CompilationError
-from compiler.hlo.io import CONSTANTS_ATTR, module_constants, save_hlo_file, storable_array
-from compiler.hlo.ir import Module, Quoted
-from compiler.hlo.printer import print_module
+from hlo.errors import CompilationError
+from hlo.io import CONSTANTS_ATTR, module_constants, save_hlo_file, storable_array
+from hlo.ir import Module, Quoted
+from hlo.printer import print_module
 
 DECISIONS_FILE = "fusion_decisions.txt"
 

@@ -8,7 +8,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from compiler.errors import ModelLoadError
+from hlo.errors import ModelLoadError
 
 MODEL_SUFFIXES = (".py", ".pt2", ".hlo")
 

@@ -3,8 +3,8 @@
     module = frontend.import_model(model, (x,))              # torch.export + our decomposition table
     module = frontend.import_model(model, (x,), capture="fx") # torch.fx tracing with concrete values
     frontend.supported_operators()                            # the ATen overloads with a rule
-    torch.compile(model, backend="neuronc")                   # frontend.dynamo (a torch_dynamo_backends
-                                                              # entry point)
+
+``torch.compile(model, backend="neuronc")`` lives a layer up, in compiler.dynamo: it compiles and runs.
 
 The model is captured in eval mode; its own training flags are restored afterwards.
 """
@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compiler.errors import LoweringError
-from compiler.hlo.ir import Module
+from hlo.errors import LoweringError
+from hlo.ir import Module
 
 from .capture import capture_export, capture_fx
 from .lowering import LOWERINGS, lower_graph, supported_operators

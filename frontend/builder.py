@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from compiler.errors import LoweringError, VerificationError
-from compiler.hlo.ir import (
+from hlo.errors import LoweringError, VerificationError
+from hlo.ir import (
     Computation,
     Instruction,
     Module,
@@ -28,7 +28,7 @@ from compiler.hlo.ir import (
     hlo_dtype_of,
     numpy_dtype,
 )
-from compiler.hlo.shape_inference import infer_shape
+from hlo.shape_inference import infer_shape
 
 TORCH_TO_HLO: dict[torch.dtype, str] = {
     torch.float32: "f32",
@@ -328,7 +328,7 @@ class HloBuilder:
     def gather(self, x: Instruction, indices: Instruction, *, offset_dims: Sequence[int],
                collapsed_slice_dims: Sequence[int], start_index_map: Sequence[int], index_vector_dim: int,
                slice_sizes: Sequence[int]) -> Instruction:
-        """XLA gather (attribute meanings as in compiler/hlo/shape_inference.py)."""
+        """XLA gather (attribute meanings as in hlo/shape_inference.py)."""
         return self.emit_inferred(
             "gather", [x, indices], offset_dims=tuple(offset_dims), collapsed_slice_dims=tuple(collapsed_slice_dims),
             start_index_map=tuple(start_index_map), index_vector_dim=int(index_vector_dim),

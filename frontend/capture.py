@@ -14,7 +14,6 @@ import contextlib
 import operator
 import warnings
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,9 +21,10 @@ from torch import fx
 from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind, OutputKind
 
-from compiler.errors import LoweringError
+from hlo.errors import LoweringError
 
-from . import fx_trace
+from . import fx_aliases, fx_trace
+from .graph import CapturedGraph
 
 aten = torch.ops.aten
 
@@ -42,26 +42,6 @@ KEEP_WHOLE = (
     aten.silu.default,
     aten.scaled_dot_product_attention.default,
 )
-
-
-@dataclass
-class CapturedGraph:
-    """An fx graph ready for lowering."""
-
-    name: str
-    graph: fx.Graph
-    inputs: list[fx.Node]                                   # user-input placeholders, in order
-    constants: dict[fx.Node, tuple[str, torch.Tensor]]      # node -> (state_dict name, tensor)
-    outputs: list[Any]                                      # fx Nodes (flattened user outputs)
-    kind: str                                               # "export" or "fx"
-    root: torch.nn.Module | None = None                     # fx: owner of call_module targets
-
-
-class Call:
-    """A graph node resolved to an ATen overload name and its (unbound) arguments."""
-
-    def __init__(self, op: str, args: Sequence[Any], kwargs: dict[str, Any] | None = None):
-        self.op, self.args, self.kwargs = op, tuple(args), dict(kwargs or {})
 
 
 def decomposition_table(keep: Collection[str] = ()) -> dict:
@@ -173,7 +153,6 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
 
 def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str | None = None) -> CapturedGraph:
     """symbolic_trace the model in eval mode with concrete values (``fx_trace``), recording stack traces."""
-    from . import fx_aliases  # fx_aliases imports this module
 
     name = name or model_name(model)
     if isinstance(model, ExportedProgram):

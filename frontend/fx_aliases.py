@@ -21,11 +21,11 @@ import torch
 import torch.nn.functional as F
 from torch import fx, nn
 
-from compiler.errors import LoweringError
+from hlo.errors import LoweringError
 
-from .capture import Call
 from .fx_modules import MODULES, conv_padding
 from .fx_trace import is_inplace_method
+from .graph import Call
 
 Adapter = Callable[..., tuple[tuple, dict]]
 OpName = str | Callable[..., str]

@@ -13,7 +13,7 @@ from typing import Any
 
 from torch import nn
 
-from compiler.errors import LoweringError
+from hlo.errors import LoweringError
 
 ModuleAdapter = Callable[..., tuple[tuple, dict]]
 Param = Callable[[str], Any]

@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import fx
 
-from compiler.errors import LoweringError, NeuroncError, UnsupportedOpError
-from compiler.hlo.ir import Instruction, Module, Shape
+from hlo.errors import LoweringError, NeuroncError, UnsupportedOpError
+from hlo.ir import Instruction, Module, Shape
 
 from . import (
     fx_aliases,
@@ -41,7 +41,7 @@ from . import (
     ops_update,
 )
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
-from .capture import Call, CapturedGraph
+from .graph import Call, CapturedGraph
 
 Rule = Callable[..., Any]
 

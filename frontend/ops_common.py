@@ -7,8 +7,8 @@ from typing import Any
 
 import torch
 
-from compiler.errors import LoweringError
-from compiler.hlo.ir import FLOAT_DTYPES, Instruction
+from hlo.errors import LoweringError
+from hlo.ir import FLOAT_DTYPES, Instruction
 
 from .builder import HLO_TO_TORCH, HloBuilder, hlo_dtype
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Instruction, Window, WindowDim
+from hlo.ir import Instruction, Window, WindowDim
 
 from .builder import HloBuilder
 from .ops_common import float_dtype, require

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder, hlo_dtype
 from .ops_common import require

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from compiler.hlo.ir import Instruction, numpy_dtype
+from hlo.ir import Instruction, numpy_dtype
 
 from .builder import HLO_TO_TORCH, HloBuilder, hlo_dtype
 from .ops_common import Value, float_dtype, is_float, operand, require, result_dtype

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder
 from .ops_activation import gelu, relu

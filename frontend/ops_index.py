@@ -1,6 +1,6 @@
 """Indexing with tensors: embedding, index_select, gather, advanced indexing (``x[idx]``), flip.
 
-All of them are one HLO ``gather`` (attribute meanings in compiler/hlo/shape_inference.py):
+All of them are one HLO ``gather`` (attribute meanings in hlo/shape_inference.py):
 
 - ``embedding(W, ids)`` / ``index_select(x, d, idx)``: slices of size 1 along the indexed dim,
   collapsed, the other dims kept whole (``offset_dims``), the index batch dims where the indexed dim was;
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import is_float, norm_dim, require

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import float_dtype, require

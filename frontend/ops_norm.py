@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HLO_TO_TORCH, HloBuilder
 from .ops_common import float_dtype, keep_dims, require

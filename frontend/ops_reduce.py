@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
-from compiler.hlo.ir import Instruction, Shape, Window
+from hlo.ir import Instruction, Shape, Window
 
 from .builder import HloBuilder, hlo_dtype, reduction_identity
 from .ops_common import float_dtype, is_float, keep_dims, norm_dim, norm_dims, require

@@ -13,7 +13,7 @@ from math import floor
 
 import numpy as np
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder
 from .ops_common import float_dtype, require

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder
 from .ops_common import float_dtype, require

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
-from compiler.hlo.ir import Instruction
+from hlo.ir import Instruction
 
 from .builder import HloBuilder
 from .ops_common import norm_dim, require, result_dtype

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from compiler.hlo.ir import Instruction, Shape
+from hlo.ir import Instruction, Shape
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import Value, norm_dim, operand, require

@@ -462,7 +462,7 @@ def test_internal_errors_are_reported_as_bugs(tmp_path, capsys, monkeypatch):
     def crash(*args, **kwargs):
         raise KeyError("boom")
 
-    monkeypatch.setattr(driver, "compile", crash)
+    monkeypatch.setattr(driver, "compile_options", crash)
     (tmp_path / "g.hlo").write_text(GOOD_HLO)
     argv = ["compile", str(tmp_path / "g.hlo"), "-o", str(tmp_path / "g.neff")]
     fails(capsys, argv, "internal error", "KeyError", "bug in neuronc", status=EXIT_INTERNAL)

@@ -32,8 +32,8 @@ from backend.kernels.expr import Node, walk
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import PSUM_SLOT, KOperand
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction as HloInstruction
+from hlo.errors import CompilationError
+from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
 NEG_FLOOR = -1e30  # a finite running max, so a row masked in a whole chunk gives exp(-inf) = 0, not NaN

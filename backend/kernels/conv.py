@@ -34,11 +34,11 @@ from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_gr
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction as HloInstruction
-from compiler.hlo.ir import WindowDim
-from compiler.hlo.shape_util import ShapeInferenceError
-from compiler.hlo.shape_window import conv_dims, window_of, window_output_size
+from hlo.errors import CompilationError
+from hlo.ir import Instruction as HloInstruction
+from hlo.ir import WindowDim
+from hlo.shape_util import ShapeInferenceError
+from hlo.shape_window import conv_dims, window_of, window_output_size
 
 X_BUDGET = 96 * 1024  # bytes per partition for the input band tiles (all buffers)
 W_BUDGET = 64 * 1024  # bytes per partition under which all weights stay resident

@@ -14,7 +14,7 @@ from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_ope
 from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
+from hlo.errors import CompilationError
 from isa.program import AccessPattern
 
 LEAF_BUDGET = 16 * 1024  # bytes per partition for cached broadcast rows of the epilogue's operands

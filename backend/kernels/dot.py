@@ -26,8 +26,8 @@ from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import KOperand, Loaded
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction as HloInstruction
+from hlo.errors import CompilationError
+from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
 

@@ -26,7 +26,7 @@ from backend.kernels.expr import Node, leaf, substitute_views, unary, varies, vi
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.transpose import can_transpose, transpose_kernel
 from backend.layout import View, itemsize, normalize_axes
-from compiler.errors import CompilationError
+from hlo.errors import CompilationError
 
 MINOR_KEPT = 32  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
 

@@ -28,7 +28,7 @@ import numpy as np
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
 from backend.layout import View
-from compiler.errors import CompilationError
+from hlo.errors import CompilationError
 from isa.program import AccessPattern
 
 

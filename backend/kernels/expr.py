@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 
 from backend.layout import Buffer, View
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction as HloInstruction
+from hlo.errors import CompilationError
+from hlo.ir import Instruction as HloInstruction
 
 # HLO opcode -> node op (unary ops whose node op is an ACT function keep the ISA name).
 HLO_UNARY: dict[str, str] = {
@@ -29,6 +29,8 @@ HLO_UNARY: dict[str, str] = {
     "sign": "sign", "not": "not", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
 }
 CUSTOM_CALL_UNARY: dict[str, str] = {"gelu": "gelu", "gelu_tanh": "gelu_tanh"}
+# elementwise ops with a rule of their own in the builder (fused.py), beside the tables
+STRUCTURED_ELEMENTWISE = frozenset({"compare", "select", "clamp"})
 HLO_BINARY: dict[str, str] = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
     "maximum": "max", "minimum": "min", "power": "pow", "and": "and", "or": "or", "xor": "xor",
@@ -230,13 +232,3 @@ def varies(root: Node, axes: tuple[int, ...]) -> dict[int, bool]:
         else:
             result[id(node)] = any(result[id(i)] for i in node.inputs)
     return result
-
-
-
-def __getattr__(name: str):
-    """TileEvaluator (evaluate.py) is re-exported lazily for kernels built on this module (no import cycle)."""
-    if name == "TileEvaluator":
-        from backend.kernels.evaluate import TileEvaluator
-
-        return TileEvaluator
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,10 +23,10 @@ from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import simplified
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Instruction as HloInstruction
-from compiler.hlo.shape_indexing import gather_dims
-from compiler.hlo.shape_util import ShapeInferenceError
+from hlo.errors import CompilationError
+from hlo.ir import Instruction as HloInstruction
+from hlo.shape_indexing import gather_dims
+from hlo.shape_util import ShapeInferenceError
 from isa.program import AccessPattern
 
 TABLE_RESIDENT = 64 * 1024  # bytes per partition under which the whole table stays in SBUF

@@ -24,11 +24,11 @@ from backend.kernels.conv_epilogue import Epilogue, is_bare, view_leaves, with_v
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
-from compiler.errors import CompilationError
-from compiler.hlo.ir import Computation, WindowDim
-from compiler.hlo.ir import Instruction as HloInstruction
-from compiler.hlo.shape_util import ShapeInferenceError
-from compiler.hlo.shape_window import window_of, window_output_size
+from hlo.errors import CompilationError
+from hlo.ir import Computation, WindowDim
+from hlo.ir import Instruction as HloInstruction
+from hlo.shape_util import ShapeInferenceError
+from hlo.shape_window import window_of, window_output_size
 from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 

@@ -1,4 +1,5 @@
-"""Helpers the passes share: opcode classes, instruction creation and replacement, constant matching."""
+"""Helpers the passes share: instruction creation and replacement, constant matching (opcode classes are in
+hlo.opcodes)."""
 
 from __future__ import annotations
 
@@ -6,32 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape
-from compiler.hlo.shape_inference import BINARY_OPS, UNARY_OPS
-
-# From the shape-inference tables, so that a new elementwise opcode is known to every pass at once.
-UNARY_ELEMENTWISE = (frozenset(UNARY_OPS) - {"copy"}) | {"convert", "is-finite"}
-BINARY_ELEMENTWISE = frozenset(BINARY_OPS) | {"compare"}
-COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "and", "or", "xor"})
-ELEMENTWISE_CUSTOM_CALLS = frozenset({"gelu", "gelu_tanh"})
-
-
-def custom_call_target(inst: Instruction) -> str | None:
-    target = inst.attrs.get("custom_call_target")
-    return target.text if isinstance(target, Quoted) else None
-
-
-def is_elementwise(inst: Instruction) -> bool:
-    """True for ops computing each output element from the same-index elements of their operands."""
-    if inst.opcode in UNARY_ELEMENTWISE or inst.opcode in BINARY_ELEMENTWISE:
-        return True
-    if inst.opcode in ("select", "clamp"):
-        return True
-    return inst.opcode == "custom-call" and custom_call_target(inst) in ELEMENTWISE_CUSTOM_CALLS
-
-
-def is_float(shape: Shape) -> bool:
-    return not shape.is_tuple and shape.dtype in ("f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2")
+from hlo.ir import Computation, Instruction, Module, Shape
 
 
 def new_instruction(module: Module, opcode: str, shape: Shape, operands: list[Instruction],

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from backend import compile_module
-from compiler.hlo.parser import parse_module
-from compiler.passes.fusion import FusionPass
+from compiler.passes.fusion.fusion_pass import FusionPass
+from hlo.parser import parse_module
 from isa.emulator import run_program
 from tests.backend.util import BF16, REDUCERS, rand
 

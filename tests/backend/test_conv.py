@@ -8,8 +8,8 @@ import torch
 
 from backend.kernels import conv_weights
 from compiler.errors import CompilationError
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.parser import parse_module
+from hlo.interpreter import evaluate
+from hlo.parser import parse_module
 from isa.emulator import run_program
 from tests.backend.util import BF16, TOL, rand, run_hlo, shape
 

@@ -7,7 +7,7 @@ import pytest
 
 from backend import BackendOptions, compile_module
 from compiler.errors import CompilationError
-from compiler.hlo.parser import parse_module
+from hlo.parser import parse_module
 from tests.backend.util import TOL, rand, run_hlo
 
 

@@ -101,7 +101,7 @@ def test_broadcast_shapes(dims, bdims, bshape):
 def test_pad(dims, padding, value):
     import torch
 
-    from compiler.hlo.shape_inference import parse_padding
+    from hlo.shape_inference import parse_padding
 
     config = parse_padding(padding, len(dims))
     out_dims = [lo + hi + n + max(0, n - 1) * it for (lo, hi, it), n in zip(config, dims)]

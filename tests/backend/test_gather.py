@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from compiler.errors import CompilationError
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.parser import parse_module
+from hlo.interpreter import evaluate
+from hlo.parser import parse_module
 from tests.backend.util import BF16, rand, run_hlo, shape
 
 

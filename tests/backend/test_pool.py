@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from compiler.errors import CompilationError
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.parser import parse_module
+from hlo.interpreter import evaluate
+from hlo.parser import parse_module
 from tests.backend.util import BF16, TOL, rand, run_hlo, shape
 
 IDENTITY = {"maximum": "-inf", "minimum": "inf", "add": "0"}

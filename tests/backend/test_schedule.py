@@ -20,7 +20,7 @@ from backend.schedule import (
     list_schedule,
     schedule,
 )
-from compiler.hlo.parser import parse_module
+from hlo.parser import parse_module
 from isa.emulator import run_program
 from isa.program import AccessPattern, Instruction
 from isa.target import load_target

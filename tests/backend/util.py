@@ -8,7 +8,7 @@ import ml_dtypes
 import numpy as np
 
 from backend import BackendOptions, BackendResult, compile_module
-from compiler.hlo.parser import parse_module
+from hlo.parser import parse_module
 from isa.emulator import run_program
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -9,11 +9,11 @@ import pytest
 
 import compiler
 from compiler.errors import CompilationError, HloParseError, VerificationError
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.io import load_hlo_file, save_hlo_file
-from compiler.hlo.ir import numpy_dtype
-from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import print_module
+from hlo.interpreter import evaluate
+from hlo.io import load_hlo_file, save_hlo_file
+from hlo.ir import numpy_dtype
+from hlo.parser import parse_module
+from hlo.printer import print_module
 
 LINEAR = """\
 HloModule linear

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 import frontend
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.io import load_hlo_file
-from compiler.hlo.printer import print_module
-from compiler.hlo.verifier import verify_module
-from compiler.pass_manager import PipelineOptions, build_pipeline
+from compiler.options import CompileOptions
+from compiler.pipeline import build_pipeline
+from hlo.interpreter import evaluate
+from hlo.io import load_hlo_file
+from hlo.printer import print_module
+from hlo.verifier import verify_module
 from tests.frontend.test_ops import MODELS, _inputs
 
 EXAMPLES = Path(__file__).parents[2] / "examples"
@@ -41,7 +42,7 @@ def test_every_dump_parses_back_and_computes_the_same(name, auto_cast, tmp_path)
     module = frontend.import_model(model, inputs, capture="fx")
     args = [t.numpy() for t in inputs]
     expected = evaluate(module, args)
-    build_pipeline(2, PipelineOptions(dump_dir=tmp_path, dump_pass_re=".*", auto_cast=auto_cast,
+    build_pipeline(2, CompileOptions(dump_dir=tmp_path, dump_pass_re=".*", auto_cast=auto_cast,
                                       verify_each=True)).run(module)
     dumps = sorted(tmp_path.glob("*.hlo"))
     assert len(dumps) >= 7

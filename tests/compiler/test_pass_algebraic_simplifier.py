@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from compiler.hlo.parser import parse_module
-from compiler.passes.algebraic_simplifier import AlgebraicSimplifier
-from compiler.passes.dce import DeadCodeElimination
+from compiler.passes.simplify.algebraic_simplifier import AlgebraicSimplifier
+from compiler.passes.simplify.dce import DeadCodeElimination
+from hlo.parser import parse_module
 from tests.compiler.golden.harness import run_golden
 
 

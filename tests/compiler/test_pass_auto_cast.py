@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.pass_manager import PassOptionError
-from compiler.passes.auto_cast import AutoCastPass
-from compiler.passes.dce import DeadCodeElimination
+from compiler.options import PassOptionError
+from compiler.passes.precision.auto_cast import AutoCastPass
+from compiler.passes.simplify.dce import DeadCodeElimination
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
 
 

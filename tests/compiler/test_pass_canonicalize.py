@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.passes.canonicalize import Canonicalize
+from compiler.passes.simplify.canonicalize import Canonicalize
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from compiler.hlo.ir import Quoted
-from compiler.hlo.parser import parse_module
-from compiler.passes.constant_folding import ConstantFolding
-from compiler.passes.dce import DeadCodeElimination
+from compiler.passes.simplify.constant_folding import ConstantFolding
+from compiler.passes.simplify.dce import DeadCodeElimination
+from hlo.ir import Quoted
+from hlo.parser import parse_module
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
 
 

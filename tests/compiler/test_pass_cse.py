@@ -3,8 +3,8 @@ computations), different ones (attributes, layouts, called computations, -0 vs 0
 
 from __future__ import annotations
 
-from compiler.hlo.parser import parse_module
-from compiler.passes.cse import CommonSubexpressionElimination
+from compiler.passes.simplify.cse import CommonSubexpressionElimination
+from hlo.parser import parse_module
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from compiler.passes.dce import DeadCodeElimination
+from compiler.passes.simplify.dce import DeadCodeElimination
 from tests.compiler.golden.harness import GOLDEN_DIR, parse_with_constants, run_golden
 
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from compiler.hlo.parser import parse_module
-from compiler.passes.fusion import FusionDecision, FusionPass
+from compiler.passes.fusion.fusion_pass import FusionDecision, FusionPass
+from hlo.parser import parse_module
 from tests.compiler.golden.harness import run_golden
 
 

@@ -8,17 +8,12 @@ import numpy as np
 import pytest
 
 from compiler.errors import CompilationError, VerificationError
-from compiler.hlo.io import load_hlo_file
-from compiler.hlo.ir import Module, Shape
-from compiler.hlo.printer import print_module
-from compiler.pass_manager import (
-    FixedPoint,
-    HloPass,
-    PassOptionError,
-    PassPipeline,
-    PipelineOptions,
-    build_pipeline,
-)
+from compiler.options import CompileOptions, PassOptionError
+from compiler.passes.interface import HloPass
+from compiler.pipeline import FixedPoint, PassPipeline, build_pipeline
+from hlo.io import load_hlo_file
+from hlo.ir import Module, Shape
+from hlo.printer import print_module
 from tests.compiler.golden.harness import GOLDEN_DIR, evaluate, parse_with_constants, random_args
 
 
@@ -56,7 +51,7 @@ class Crash(HloPass):
 
 
 def top_level(opt_level: int, **options) -> list[str]:
-    return [p.name for p in build_pipeline(opt_level, PipelineOptions(**options)).passes]
+    return [p.name for p in build_pipeline(opt_level, CompileOptions(**options)).passes]
 
 
 def test_pipelines_per_level():
@@ -72,7 +67,7 @@ def test_pipelines_per_level():
 @pytest.mark.parametrize("opt_level", [0, 1, 2, 3])
 def test_every_level_preserves_results(opt_level):
     before, after = mlp(), mlp()
-    build_pipeline(opt_level, PipelineOptions(verify_each=True)).run(after)
+    build_pipeline(opt_level, CompileOptions(verify_each=True)).run(after)
     args = random_args(before)
     np.testing.assert_allclose(evaluate(after, args)[0], evaluate(before, args)[0], rtol=1e-5, atol=1e-5)
 
@@ -92,7 +87,7 @@ def test_o2_output_is_two_fusions():
 ])
 def test_bad_options(bad, message):
     with pytest.raises(PassOptionError, match=re.escape(message)):
-        PipelineOptions(**bad)
+        CompileOptions(**bad)
 
 
 def test_bad_opt_level():
@@ -102,7 +97,7 @@ def test_bad_opt_level():
 
 def test_disabled_pass_is_skipped():
     a, b = Counting("a", 1), Counting("b", 1)
-    pipeline = PassPipeline("p", [a, b], PipelineOptions(disabled_passes=("b",)))
+    pipeline = PassPipeline("p", [a, b], CompileOptions(disabled_passes=("b",)))
     assert pipeline.run(mlp())
     assert (a.calls, b.calls) == (1, 0)
     assert re.search(r"^b\s+-\s+-\s+disabled", pipeline.timing_report(), re.M)
@@ -110,14 +105,14 @@ def test_disabled_pass_is_skipped():
 
 def test_disabling_a_group_skips_its_passes():
     inner = Counting("inner", 1)
-    pipeline = PassPipeline("p", [FixedPoint("group", [inner])], PipelineOptions(disabled_passes=("group",)))
+    pipeline = PassPipeline("p", [FixedPoint("group", [inner])], CompileOptions(disabled_passes=("group",)))
     pipeline.run(mlp())
     assert inner.calls == 0
 
 
 def test_unknown_disabled_pass_lists_the_known_ones():
     with pytest.raises(PassOptionError) as info:
-        build_pipeline(2, PipelineOptions(disabled_passes=("fusoin",)))
+        build_pipeline(2, CompileOptions(disabled_passes=("fusoin",)))
     message = str(info.value)
     assert "fusoin" in message
     for known in ("algebraic_simplifier", "auto_cast", "canonicalize", "constant_folding", "cse", "dce", "fusion"):
@@ -125,14 +120,14 @@ def test_unknown_disabled_pass_lists_the_known_ones():
 
 
 def test_passes_of_other_levels_may_be_disabled():
-    pipeline = build_pipeline(0, PipelineOptions(disabled_passes=("fusion", "dce")))
+    pipeline = build_pipeline(0, CompileOptions(disabled_passes=("fusion", "dce")))
     assert pipeline.run(mlp())
 
 
 def test_verify_each_names_the_pass_that_broke_the_module(tmp_path):
     later = Counting("later")
     pipeline = PassPipeline("p", [Counting("fine", 1), BreakRoot(), later],
-                            PipelineOptions(verify_each=True, dump_dir=tmp_path))
+                            CompileOptions(verify_each=True, dump_dir=tmp_path))
     with pytest.raises(VerificationError, match=r"^after pass break_root: .*%out"):
         pipeline.run(mlp())
     assert later.calls == 0
@@ -147,7 +142,7 @@ def test_verify_each_checks_the_input_too():
     module = mlp()
     BreakRoot().run(module)
     with pytest.raises(VerificationError, match="^before the first pass: "):
-        PassPipeline("p", [Counting("a")], PipelineOptions(verify_each=True)).run(module)
+        PassPipeline("p", [Counting("a")], CompileOptions(verify_each=True)).run(module)
 
 
 def test_a_crashing_pass_is_named():
@@ -175,9 +170,9 @@ def test_fixed_point_stops_at_max_iterations():
 def test_optimized_module_is_a_fixed_point_of_its_pipeline(auto_cast):
     # so that compiling a final dump again (neuronc compile dump.hlo) gives the same HLO
     module = mlp()
-    build_pipeline(2, PipelineOptions(auto_cast=auto_cast)).run(module)
+    build_pipeline(2, CompileOptions(auto_cast=auto_cast)).run(module)
     text = print_module(module)
-    assert not build_pipeline(2, PipelineOptions(auto_cast=auto_cast)).run(module)
+    assert not build_pipeline(2, CompileOptions(auto_cast=auto_cast)).run(module)
     assert print_module(module) == text
 
 
@@ -195,7 +190,7 @@ def _dumps(directory) -> list[str]:
 
 
 def test_dumps_are_numbered_parse_back_and_compile_alone(tmp_path):
-    pipeline = build_pipeline(2, PipelineOptions(dump_dir=tmp_path, auto_cast="matmult"))
+    pipeline = build_pipeline(2, CompileOptions(dump_dir=tmp_path, auto_cast="matmult"))
     pipeline.run(mlp())
     names = _dumps(tmp_path)
     assert names[0] == "module_0000.mlp.0000.before_optimizations.hlo"
@@ -207,13 +202,13 @@ def test_dumps_are_numbered_parse_back_and_compile_alone(tmp_path):
         assert print_module(load_hlo_file(tmp_path / name)) == (tmp_path / name).read_text(), name
     # a dump is a complete input: the first one, compiled again, gives the final module's text
     again = load_hlo_file(tmp_path / names[0])
-    build_pipeline(2, PipelineOptions(auto_cast="matmult")).run(again)
+    build_pipeline(2, CompileOptions(auto_cast="matmult")).run(again)
     final = load_hlo_file(tmp_path / names[-1])
     assert print_module(again) == print_module(final)
 
 
 def test_by_default_only_changed_passes_are_dumped(tmp_path):
-    pipeline = build_pipeline(2, PipelineOptions(dump_dir=tmp_path))  # auto_cast=none changes nothing
+    pipeline = build_pipeline(2, CompileOptions(dump_dir=tmp_path))  # auto_cast=none changes nothing
     pipeline.run(mlp())
     changed = {r.name for r in pipeline.runs if r.changed}
     dumped = {n.split(".after_")[1][:-4] for n in _dumps(tmp_path)[1:]}
@@ -221,18 +216,18 @@ def test_by_default_only_changed_passes_are_dumped(tmp_path):
 
 
 def test_dump_pass_re_filters_and_dumps_unchanged_matches(tmp_path):
-    build_pipeline(2, PipelineOptions(dump_dir=tmp_path, dump_pass_re="^(auto_cast|fusion)$")).run(mlp())
+    build_pipeline(2, CompileOptions(dump_dir=tmp_path, dump_pass_re="^(auto_cast|fusion)$")).run(mlp())
     names = _dumps(tmp_path)
     assert [n.split(".", 3)[3] for n in names] == ["before_optimizations.hlo", "after_auto_cast.hlo",
                                                    "after_fusion.hlo"]
 
 
 def test_fusion_decisions_file(tmp_path):
-    build_pipeline(2, PipelineOptions(dump_dir=tmp_path)).run(mlp())
+    build_pipeline(2, CompileOptions(dump_dir=tmp_path)).run(mlp())
     lines = (tmp_path / "fusion_decisions.txt").read_text().splitlines()
     assert lines[0].startswith("# fusion decisions")
     assert "FUSED   kOutput %dot1 -> %add1: bias add of broadcast %bias1" in lines
-    build_pipeline(1, PipelineOptions(dump_dir=tmp_path)).run(mlp())
+    build_pipeline(1, CompileOptions(dump_dir=tmp_path)).run(mlp())
     assert "no fusion was considered" in (tmp_path / "fusion_decisions.txt").read_text()
 
 
@@ -246,4 +241,4 @@ def test_a_pass_that_rewrites_constant_data_under_the_same_key_is_caught(tmp_pat
             return True
 
     with pytest.raises(CompilationError, match='constant "fc1.weight" changed'):
-        PassPipeline("p", [Scale()], PipelineOptions(dump_dir=tmp_path)).run(mlp())
+        PassPipeline("p", [Scale()], CompileOptions(dump_dir=tmp_path)).run(mlp())

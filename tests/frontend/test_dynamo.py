@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 import compiler.driver
-from frontend.dynamo import NeuroncFallbackWarning
+from compiler.dynamo import NeuroncFallbackWarning
 from tests.conftest import assert_close
 
 HERE = "tests/frontend/test_dynamo.py"

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 import frontend
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.ir import Module
+from hlo.interpreter import evaluate
+from hlo.ir import Module
 from tests.conftest import assert_close
 
 THIS_FILE = os.path.abspath(__file__)
@@ -121,14 +121,14 @@ def test_numerics_match_torch(imported):
 
 
 def test_printer_round_trip(imported):
-    printer = pytest.importorskip("compiler.hlo.printer")
-    parser = pytest.importorskip("compiler.hlo.parser")
+    printer = pytest.importorskip("hlo.printer")
+    parser = pytest.importorskip("hlo.parser")
     *_, module = imported
     text = printer.print_module(module)
     assert printer.print_module(parser.parse_module(text)) == text
 
 
 def test_verifier_accepts(imported):
-    verifier = pytest.importorskip("compiler.hlo.verifier")
+    verifier = pytest.importorskip("hlo.verifier")
     *_, module = imported
     verifier.verify_module(module)

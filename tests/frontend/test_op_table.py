@@ -12,10 +12,10 @@ import pytest
 import torch
 from torch.utils._pytree import tree_leaves
 
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.verifier import verify_module
 from frontend.capture import capture_export, capture_fx, quiet
 from frontend.lowering import LOWERINGS, lower_graph, operators_used
+from hlo.interpreter import evaluate
+from hlo.verifier import verify_module
 from tests.conftest import assert_close
 from tests.frontend.op_cases import CASES, Case
 

@@ -13,9 +13,9 @@ import torch.nn.functional as F
 from torch import nn
 
 import frontend
-from compiler.hlo.interpreter import evaluate
-from compiler.hlo.ir import Module
 from frontend.capture import KEEP_WHOLE, capture_export
+from hlo.interpreter import evaluate
+from hlo.ir import Module
 from tests.conftest import assert_close
 
 THIS_FILE = os.path.abspath(__file__)
@@ -133,9 +133,9 @@ def test_numerics_match_torch(name, capture):
 @pytest.mark.parametrize("capture", ["export", "fx"])
 @pytest.mark.parametrize("name", MODELS)
 def test_verifier_and_round_trip(name, capture):
-    verifier = pytest.importorskip("compiler.hlo.verifier")
-    printer = pytest.importorskip("compiler.hlo.printer")
-    parser = pytest.importorskip("compiler.hlo.parser")
+    verifier = pytest.importorskip("hlo.verifier")
+    printer = pytest.importorskip("hlo.printer")
+    parser = pytest.importorskip("hlo.parser")
     *_, module = _imported(name, capture)
     verifier.verify_module(module)
     text = printer.print_module(module)
@@ -195,7 +195,7 @@ def test_bf16_model_keeps_bf16():
     model = nn.Sequential(nn.Linear(16, 8), nn.ReLU()).to(torch.bfloat16)
     x = torch.randn(4, 16, dtype=torch.bfloat16)
     module = frontend.import_model(model, (x,), capture="fx")
-    pytest.importorskip("compiler.hlo.verifier").verify_module(module)
+    pytest.importorskip("hlo.verifier").verify_module(module)
     entry = module.entry
     assert entry.parameters[0].shape.dtype == "bf16" and entry.root.shape.dtype == "bf16"
     weight = next(i for i in entry.instructions if i.attrs.get("data") and i.attrs["data"].text == "0.weight")

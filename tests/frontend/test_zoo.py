@@ -16,8 +16,8 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 import frontend
-from compiler.hlo.interpreter import evaluate
-from frontend.dynamo import NeuroncFallbackWarning
+from compiler.dynamo import NeuroncFallbackWarning
+from hlo.interpreter import evaluate
 from tests.conftest import assert_close
 from tests.frontend.zoo import COMPILE_OPTIONS, EMULATED, ZOO
 

@@ -2,7 +2,7 @@
 transposes, reshapes, slices, concatenations, converts, selects (compare/select/clamp, iota masks) and pads,
 in f32 and bf16.
 
-``generate(chooser, config)`` builds a verified ``compiler.hlo.ir.Module``. Every op class has a switch
+``generate(chooser, config)`` builds a verified ``hlo.ir.Module``. Every op class has a switch
 (``GenConfig.classes``). Values keep an estimated range so that the generator can keep the numerics
 well-defined: log/sqrt/rsqrt/divide/power get operands bounded away from zero (``exp(tanh(x))``), exp and
 products get bounded operands (``tanh(x)``). Shapes are mostly small with a tail up to ``max_dim``; element
@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, numpy_dtype
-from compiler.hlo.verifier import verify_module
+from hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, numpy_dtype
+from hlo.verifier import verify_module
 from tests.fuzz.choices import Chooser
 
 OP_CLASSES = ("elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpose", "reshape", "slice",

@@ -27,9 +27,9 @@ import numpy as np
 import torch
 
 from compiler.errors import CompilationError, UnsupportedOpError
-from compiler.hlo.ir import Module, numpy_dtype
-from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import print_module
+from hlo.ir import Module, numpy_dtype
+from hlo.parser import parse_module
+from hlo.printer import print_module
 from isa.errors import IsaError
 from tests.fuzz.reference import UNIT_ROUNDOFF, Bounded, NotModeled, check, exact_outputs, torch_outputs
 
@@ -141,7 +141,7 @@ def _compare(result: CaseResult, kind: str, who: str, outputs: Sequence[np.ndarr
 def _references(result: CaseResult, module: Module, inputs: list[np.ndarray]) -> list[Bounded] | None:
     """The float64 reference (the interpreter's results, with a few roundings of slack, for a module the
     references do not model), after checking the interpreter and torch against it."""
-    from compiler.hlo.interpreter import evaluate
+    from hlo.interpreter import evaluate
 
     dtypes = _output_dtypes(module)
     try:

@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from compiler.hlo.ir import Module
-from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import print_module
+from hlo.ir import Module
+from hlo.parser import parse_module
+from hlo.printer import print_module
 from tests.fuzz.choices import ReplayChooser
 from tests.fuzz.generate import GenConfig, Program, generate
 from tests.fuzz.harness import CaseResult, Config, run_case

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from compiler.hlo.ir import Computation, Instruction, Module, Quoted, SliceSpec
+from hlo.ir import Computation, Instruction, Module, Quoted, SliceSpec
 
 TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "s32": torch.int32, "pred": torch.bool}
 UNIT_ROUNDOFF = {"f32": 2.0 ** -24, "bf16": 2.0 ** -8, "s32": 0.0, "pred": 0.0}
@@ -70,7 +70,7 @@ def _direction(inst: Instruction) -> Callable[[torch.Tensor, torch.Tensor], torc
 
 def _pad(x: torch.Tensor, text: object, value: torch.Tensor) -> torch.Tensor:
     """HLO pad: interior holes, then low/high edges (negative ones crop)."""
-    from compiler.hlo.shape_inference import parse_padding
+    from hlo.shape_inference import parse_padding
 
     config = parse_padding(text, x.dim())
     dilated = [n + max(n - 1, 0) * i for n, (_, _, i) in zip(x.shape, config)]
@@ -205,7 +205,7 @@ def _torch_step(inst: Instruction, args: list) -> torch.Tensor:
 
 
 def _to_numpy(t: torch.Tensor, dtype: str) -> np.ndarray:
-    from compiler.hlo.ir import numpy_dtype
+    from hlo.ir import numpy_dtype
 
     return t.detach().float().numpy().astype(numpy_dtype(dtype))
 
@@ -360,7 +360,7 @@ def exact_outputs(module: Module, inputs: Sequence[np.ndarray], auto_cast: str =
 def check(actual: np.ndarray, exact: Bounded, dtype: str) -> str | None:
     """None when ``actual`` is within SLACK * err (+ FLOOR * scale) of ``exact`` everywhere it is finite,
     else one line naming the worst element."""
-    from compiler.hlo.ir import numpy_dtype
+    from hlo.ir import numpy_dtype
 
     want_shape = tuple(exact.value.shape)
     if tuple(actual.shape) != want_shape or actual.dtype != numpy_dtype(dtype):

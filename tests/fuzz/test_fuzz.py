@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import print_module
+from hlo.parser import parse_module
+from hlo.printer import print_module
 from tests.fuzz.choices import HypothesisChooser, RandomChooser, ReplayChooser
 from tests.fuzz.generate import OP_CLASSES, GenConfig, generate
 from tests.fuzz.harness import ALL_CONFIGS, SUPPORTED_CLASSES, random_inputs, run_case
@@ -61,7 +61,7 @@ def test_replay_rebuilds_the_same_program():
 
 
 def test_references_agree_with_the_interpreter():
-    from compiler.hlo.interpreter import evaluate
+    from hlo.interpreter import evaluate
 
     for seed in range(15):
         module = generate(RandomChooser(seed), GenConfig(max_elements=1 << 10)).module

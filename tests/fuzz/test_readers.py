@@ -126,7 +126,7 @@ def test_mutated_asm(base_exe, data):
 
 @pytest.fixture(scope="module")
 def hlo_bases() -> list[str]:
-    from compiler.hlo.printer import print_module
+    from hlo.printer import print_module
 
     return [BASE_HLO] + [print_module(generate(RandomChooser(f"readers:{i}"), GenConfig(max_elements=1 << 10,
                                                                                           max_ops=4)).module)
@@ -146,6 +146,6 @@ def test_mutated_hlo(hlo_bases, data):
     except TYPED:
         return
     if sum(t.nbytes for t in exe.program.tensors.values()) <= SMALL:
-        from compiler.hlo.parser import parse_module
+        from hlo.parser import parse_module
 
         exe.run(*random_inputs(parse_module(mutated)), check=True)  # a module that compiles must run

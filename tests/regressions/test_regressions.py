@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from compiler.hlo.io import load_hlo_file
+from hlo.io import load_hlo_file
 from tests.fuzz.harness import run_case
 
 HERE = Path(__file__).resolve().parent

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.hlo.ir import FLOAT_DTYPES, Module, numpy_dtype
-from compiler.hlo.parser import parse_module
-from compiler.hlo.printer import constant_key, is_elided, print_module
-from compiler.pass_manager import HloPass
+from compiler.passes.interface import HloPass
+from hlo.ir import FLOAT_DTYPES, Module, numpy_dtype
+from hlo.parser import parse_module
+from hlo.printer import constant_key, is_elided, print_module
 
 GOLDEN_DIR = Path(__file__).parent
 UPDATE = os.environ.get("NEURONC_UPDATE_GOLDEN") == "1"
@@ -48,7 +48,7 @@ def random_args(module: Module, seed: int = 0) -> list[np.ndarray]:
 
 
 def evaluate(module: Module, args: list[np.ndarray]) -> list[np.ndarray]:
-    from compiler.hlo.interpreter import evaluate as interpret
+    from hlo.interpreter import evaluate as interpret
 
     arrays = [np.asarray(v) for v in interpret(module, args)]
     return [a.astype(np.float64) if a.dtype.kind in "fV" else a for a in arrays]  # "V": bf16, fp8
@@ -67,7 +67,7 @@ def run_golden(case: str, passes: Sequence[HloPass], rtol: float = 0.0, atol: fl
                check_numerics: bool = True, source: str | None = None) -> Module:
     """Run ``passes`` in order on ``<source or case>.in.hlo``; compare the output with ``<case>.out.hlo`` (and
     ``<case>.decisions.txt``), verify it, and compare interpreter results before and after."""
-    from compiler.hlo.verifier import verify_module
+    from hlo.verifier import verify_module
 
     text = (GOLDEN_DIR / f"{source or case}.in.hlo").read_text()
     before = parse_with_constants(text)

@@ -1,0 +1,1 @@
+"""Operator fusion: matmul epilogues (kOutput), elementwise/row loops (kLoop), attention (kCustom)."""

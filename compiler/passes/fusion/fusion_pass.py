@@ -1,0 +1,354 @@
+"""Producer/consumer fusion into ``fusion`` instructions with fused computations (XLA's InstructionFusion).
+
+Phases, all on the entry computation (``strategy="greedy"``):
+
+0. **Preparation** (fusion_prepare.py): reshapes of dot results are sunk into the dots, so that dots and
+   their consumers share one shape.
+1. **Attention** (``kind=kCustom``, fusion_attention.py): QK^T, its elementwise scale/mask, softmax and the
+   product with V as one fusion, which the backend runs as one flash-attention kernel.
+2. **Matmul epilogue** (``kind=kOutput``): a ``dot`` plus the chain of elementwise consumers after it, as long
+   as every intermediate has a single user and each consumer is an epilogue op the engines apply on the way out
+   of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), multiply/divide by a broadcast or
+   constant, maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
+3. **Loop and row fusion** (``kind=kLoop``, or ``kInput`` with reductions): visiting consumers from ROOT upward,
+   a consumer absorbs producers (elementwise ops, reductions, broadcasts of computed values) all of whose users
+   are already in its fusion, as long as one kernel can compute the group (fusion_rows.py: one index space, one
+   set of reduced axes, whole rows within the SBUF budget). Softmax, layer norm and RMS norm become one kernel.
+
+In all phases, broadcasts of operands move *into* the fused computation (the fusion reads the small operand,
+e.g. the bias vector, not its broadcast), together with scalar constants they broadcast; a broadcast or
+constant that has users outside the fusion is duplicated rather than moved. Fused computations are added
+before the entry as ``fused_computation``, ``fused_computation.1``...; their parameters are ``param_N``.
+
+``strategy="cost"`` (fusion_cost.py) runs the same phases but also duplicates an elementwise producer into a
+consumer's fusion when recomputing it moves fewer HBM bytes than materializing and re-reading it.
+
+Every decision, taken or refused, is recorded as a :class:`FusionDecision` (``fusion_decisions.txt``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from compiler.options import FUSION_STRATEGIES, PassOptionError
+from compiler.passes.fusion.attention import attention_groups
+from compiler.passes.fusion.cost import duplication
+from compiler.passes.fusion.group import FusionDecision, FusionGroup
+from compiler.passes.fusion.prepare import DotReshapeSinking
+from compiler.passes.fusion.rows import fusible, space_reason
+from compiler.passes.interface import HloPass
+from compiler.passes.utils import constant_value, insert_before
+from hlo.ir import Computation, Instruction, Module
+from hlo.opcodes import ELEMENTWISE_CUSTOM_CALLS, custom_call_target, is_elementwise
+
+_UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
+_NEVER_CANDIDATES = ("parameter", "constant")
+
+
+class FusionPass(HloPass):
+    name = "fusion"
+
+    STRATEGIES = tuple(s for s in FUSION_STRATEGIES if s != "none")  # "none": the pipeline leaves fusion out
+
+    def __init__(self, strategy: str = "greedy", epilogue: bool = True, loop: bool = True, prepare: bool = True,
+                 attention: bool = True):
+        if strategy not in self.STRATEGIES:
+            raise PassOptionError(f"fusion strategy {strategy!r} is not one of {', '.join(self.STRATEGIES)}")
+        self.strategy = strategy
+        self.epilogue = epilogue
+        self.loop = loop
+        self.prepare = prepare
+        self.attention = attention
+        self.decisions: list[FusionDecision] = []
+        self.notes: list[str] = []
+
+    def decision_lines(self) -> list[str]:
+        return self.notes + [str(d) for d in self.decisions]
+
+    def run(self, module: Module) -> bool:
+        self.decisions = []
+        self.notes = []
+        comp = module.entry
+        if comp is None:
+            return False
+        changed = False
+        if self.prepare:
+            sinking = DotReshapeSinking(module, comp)
+            changed |= sinking.run()
+            self.notes += sinking.notes
+        if self.attention:
+            groups = attention_groups(comp, self._record)
+            for group in groups:
+                self._absorb_broadcasts(group, comp.users(), set())
+            changed |= self._fuse_groups(module, comp, groups)
+        if self.epilogue:
+            changed |= self._fuse_groups(module, comp, self._epilogue_groups(comp))
+        if self.loop:
+            changed |= self._fuse_groups(module, comp, self._loop_groups(comp))
+        return changed
+
+    def _record(self, producer: Instruction, consumer: Instruction, fused: bool, reason: str,
+                kind: str) -> None:
+        self.decisions.append(FusionDecision(producer.name, consumer.name, fused, reason, kind))
+
+    # -- phase 1: matmul epilogues ----------------------------------------------------------------------------
+    def _epilogue_groups(self, comp: Computation) -> list[FusionGroup]:
+        users = comp.users()
+        claimed: set[int] = set()
+        groups = []
+        for dot in [i for i in comp.instructions if i.opcode == "dot"]:
+            chain = [dot]
+            tail = dot
+            while users[tail] and tail is not comp.root:
+                tail_users = users[tail]
+                if len(tail_users) > 1:
+                    for u in tail_users:
+                        self._record(tail, u, False, f"producer %{tail.name} has {len(tail_users)} users "
+                                     "(an epilogue intermediate must have one)", "kOutput")
+                    break
+                consumer = tail_users[0]
+                if consumer.uid in claimed:
+                    self._record(tail, consumer, False, f"consumer %{consumer.name} is already in another "
+                                 "epilogue", "kOutput")
+                    break
+                verdict = self._epilogue_verdict(tail, consumer)
+                self._record(tail, consumer, verdict[0], verdict[1], "kOutput")
+                if not verdict[0]:
+                    break
+                chain.append(consumer)
+                tail = consumer
+            if len(chain) == 1:
+                continue
+            claimed.update(i.uid for i in chain)
+            group = FusionGroup(tail, "kOutput", {i.uid: i for i in chain}, set())
+            self._absorb_broadcasts(group, users, claimed)
+            groups.append(group)
+        return groups
+
+    @staticmethod
+    def _epilogue_verdict(producer: Instruction, consumer: Instruction) -> tuple[bool, str]:
+        op = consumer.opcode
+        others = [o for o in consumer.operands if o is not producer]
+        other = others[0] if others else producer
+        if not is_elementwise(consumer):
+            return False, f"consumer %{consumer.name} ({op}) is not elementwise"
+        if op in _UNARY_EPILOGUES:
+            return True, f"{op} epilogue"
+        if op == "custom-call" and custom_call_target(consumer) in ELEMENTWISE_CUSTOM_CALLS:
+            return True, f"{custom_call_target(consumer)} epilogue"
+        if op == "add":
+            if other.opcode == "broadcast":
+                return True, f"bias add of broadcast %{other.name}"
+            return True, f"residual add of %{other.name}"
+        if op in ("multiply", "divide"):
+            if op == "divide" and consumer.operands[0] is not producer:
+                return False, f"%{producer.name} is the divisor of %{consumer.name}, not the dividend"
+            if other.opcode in ("broadcast", "constant"):
+                return True, f"{op} by {other.opcode} %{other.name}"
+            return False, f"{op} by the full tensor %{other.name} is not a scale epilogue"
+        if op == "maximum":
+            if constant_value(other) == 0.0:
+                return True, "relu (maximum with zero)"
+            return False, f"maximum with %{other.name}, which is not zero, is not a relu"
+        if consumer.opcode == "custom-call":
+            return False, f"custom-call {custom_call_target(consumer)!r} is not an epilogue activation"
+        return False, f"consumer %{consumer.name} ({op}) is not an epilogue op"
+
+    # -- phase 3: loop and row fusions ----------------------------------------------------------------------
+    def _loop_groups(self, comp: Computation) -> list[FusionGroup]:
+        users = comp.users()
+        position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
+        claimed: set[int] = set()
+        groups: list[FusionGroup] = []
+        dead: set[int] = set()  # duplicated everywhere it is used: never materialized
+        for root in reversed(comp.instructions):
+            if root.uid in claimed or not fusible(root) or root.opcode in ("broadcast", "constant", "iota"):
+                continue
+            copies = {u.uid for g in groups if root.uid in g.shared for u in users[root] if u.uid in g.members}
+            if copies and all(u.uid in copies or u.uid in dead for u in users[root]) and root is not comp.root:
+                dead.add(root.uid)
+                continue
+            group = FusionGroup(root, "kLoop", {root.uid: root}, set())
+            claimed.add(root.uid)
+            first = len(self.decisions)
+            self._grow(group, users, position, claimed)
+            if any(m.opcode == "reduce" for m in group.members.values()):
+                group.kind = "kInput"
+            self._absorb_broadcasts(group, users, claimed)
+            # decisions name the kind the fusion ended up with
+            self.decisions[first:] = [replace(d, kind=group.kind) for d in self.decisions[first:]]
+            if len(group.members) > 1:
+                groups.append(group)
+        return groups
+
+    def _grow(self, group: FusionGroup, users: dict[Instruction, list[Instruction]], position: dict[int, int],
+              claimed: set[int]) -> None:
+        """Absorb producers into `group` until nothing more fits; a producer whose users are not all in
+        the group yet waits until they are. When growth stalls, the cost strategy may recompute a
+        waiting producer inside the group (fusion_cost.duplication)."""
+        waiting: dict[int, tuple[Instruction, Instruction]] = {}
+        worklist = [group.root]
+        while True:
+            while worklist:
+                consumer = worklist.pop()
+                for producer in dict.fromkeys(consumer.operands):
+                    if producer.uid in group.members or producer.opcode in _NEVER_CANDIDATES:
+                        continue
+                    if producer.opcode == "broadcast" and not self._computed(producer.operands[0], claimed):
+                        continue  # a broadcast of an operand: absorbed below, as a view
+                    verdict = self._loop_verdict(producer, users, claimed)
+                    if verdict is not None:
+                        self._record(producer, consumer, False, verdict, group.kind)
+                        continue
+                    if any(u.uid not in group.members for u in users[producer]):
+                        waiting[producer.uid] = (producer, consumer)
+                        continue
+                    worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
+            if self.strategy != "cost" or not waiting:
+                break
+            producer, consumer = waiting.pop(next(iter(waiting)))
+            duplicate, reason = duplication(producer, group.members)
+            if duplicate:
+                worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting, reason)
+            else:
+                self._record(producer, consumer, False, reason, group.kind)
+        for producer, consumer in waiting.values():
+            outside = [u for u in users[producer] if u.uid not in group.members]
+            names = ", ".join(f"%{u.name}" for u in outside)
+            self._record(producer, consumer, False, f"producer %{producer.name} also feeds {names} outside the "
+                         "fusion (not duplicated)", group.kind)
+
+    def _try_add(self, group: FusionGroup, producer: Instruction, consumer: Instruction,
+                 users: dict[Instruction, list[Instruction]], position: dict[int, int], claimed: set[int],
+                 waiting: dict[int, tuple[Instruction, Instruction]], duplicated: str = "") -> list[Instruction]:
+        """Add `producer` if one kernel can still compute the group; returns the new members (producers
+        that were waiting for it come along). A duplicated producer (`duplicated`: why), or one feeding a
+        duplicated member (which stays in place), is copied into the fusion and left for its other users."""
+        members = sorted([*group.members.values(), producer], key=lambda m: position[m.uid])
+        reason = space_reason(members)
+        kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
+        if reason is not None:
+            self._record(producer, consumer, False, reason, kind)
+            return []
+        group.members[producer.uid] = producer
+        if duplicated or any(u.uid in group.shared for u in users[producer]):
+            group.shared.add(producer.uid)
+            why = duplicated or "feeds a duplicated member (copied along)"
+        else:
+            claimed.add(producer.uid)
+            why = _fused_reason(producer)
+        self._record(producer, consumer, True, why, kind)
+        added = [producer]
+        ready = [w for w in waiting.values() if all(u.uid in group.members for u in users[w[0]])]
+        for p, c in ready:
+            del waiting[p.uid]
+            added += self._try_add(group, p, c, users, position, claimed, waiting)
+        return added
+
+    @staticmethod
+    def _computed(inst: Instruction, claimed: set[int]) -> bool:
+        """Is `inst` a value the group could compute itself (rather than read as an operand)?"""
+        return fusible(inst) and inst.uid not in claimed and inst.opcode not in ("constant", "broadcast")
+
+    @staticmethod
+    def _loop_verdict(producer: Instruction, users: dict[Instruction, list[Instruction]],
+                      claimed: set[int]) -> str | None:
+        """Why `producer` can never join, or None."""
+        if producer.opcode == "fusion":
+            return f"producer %{producer.name} is a {producer.attrs.get('kind', '')} fusion"
+        if not fusible(producer):
+            return f"producer %{producer.name} ({producer.opcode}) is not elementwise or a row reduction"
+        if producer.uid in claimed:
+            return f"producer %{producer.name} is already in another fusion"
+        return None
+
+    # -- shared: pull in broadcasts and scalar constants ------------------------------------------------------
+    def _absorb_broadcasts(self, group: FusionGroup, users: dict[Instruction, list[Instruction]],
+                           claimed: set[int]) -> None:
+        for member in list(group.members.values()):
+            if member.opcode == "dot":
+                continue  # the dot reads its operands as they are
+            for producer in dict.fromkeys(member.operands):
+                if producer.opcode == "constant" and producer.shape.rank == 0 and producer.uid not in group.members:
+                    self._add_cheap(group, producer, users)  # e.g. a reduction's init value
+                    continue
+                if producer.opcode != "broadcast" or producer.uid in group.members or producer.uid in claimed:
+                    continue
+                self._add_cheap(group, producer, users)
+                source = producer.operands[0]
+                scalar_constant = source.opcode == "constant" and source.shape.rank == 0
+                reason = (f"broadcast of the scalar constant %{source.name} moved into the fusion" if scalar_constant
+                          else f"broadcast moved into the fusion, which reads %{source.name} instead")
+                if producer.uid in group.shared:
+                    reason += " (duplicated: it has other users)"
+                self._record(producer, member, True, reason, group.kind)
+                if scalar_constant:
+                    self._add_cheap(group, source, users)
+
+    @staticmethod
+    def _add_cheap(group: FusionGroup, inst: Instruction, users: dict[Instruction, list[Instruction]]) -> None:
+        group.members[inst.uid] = inst
+        # shared: something outside the fusion (or a shared copy that stays outside) still reads it
+        if any(u.uid not in group.members or u.uid in group.shared for u in users[inst]):
+            group.shared.add(inst.uid)
+
+    # -- building fusion instructions --------------------------------------------------------------------------
+    def _fuse_groups(self, module: Module, comp: Computation, groups: list[FusionGroup]) -> bool:
+        shared: dict[int, Instruction] = {}
+        position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
+        for group in sorted(groups, key=lambda g: position[g.root.uid]):  # number fusions in program order
+            self._build(module, comp, group)
+            shared.update((uid, group.members[uid]) for uid in group.shared)
+        dead = True
+        while shared and dead:  # duplicated members whose users all got fused are now dead
+            users = comp.users()
+            dead = [inst for inst in shared.values() if inst in users and not users[inst] and inst is not comp.root]
+            for inst in dead:
+                comp.remove(inst)
+                del shared[inst.uid]
+        return bool(groups)
+
+    @staticmethod
+    def _build(module: Module, comp: Computation, group: FusionGroup) -> Instruction:
+        members = [i for i in comp.instructions if i.uid in group.members]  # defs before uses
+        params: dict[int, Instruction] = {}
+        operands: list[Instruction] = []
+        clones: dict[int, Instruction] = {}
+        body: list[Instruction] = []
+        for m in members:
+            new_operands = []
+            for op in m.operands:
+                if op.uid in group.members:
+                    new_operands.append(clones[op.uid])
+                    continue
+                if op.uid not in params:
+                    number = len(operands)
+                    params[op.uid] = Instruction(module.unique_name(f"param_{number}"), "parameter", op.shape,
+                                                 parameter_number=number)
+                    operands.append(op)
+                new_operands.append(params[op.uid])
+            name = module.unique_name(m.name) if m.uid in group.shared else m.name
+            clones[m.uid] = Instruction(name, m.opcode, m.shape, new_operands, dict(m.attrs), literal=m.literal,
+                                        metadata=dict(m.metadata))
+            body.append(clones[m.uid])
+        body.sort(key=lambda i: i.opcode != "constant")  # stable: constants first, as canonicalize orders them
+        prefix = "fused_attention" if group.kind == "kCustom" else "fused_computation"
+        fused = Computation(module.unique_name(prefix), list(params.values()) + body,
+                            clones[group.root.uid])
+        module.add_computation(fused)
+        fusion = Instruction(module.unique_name("fusion"), "fusion", group.root.shape, operands,
+                             {"kind": group.kind, "calls": fused}, metadata=dict(group.root.metadata))
+        insert_before(comp, group.root, fusion)
+        comp.replace_all_uses(group.root, fusion)
+        for m in members:
+            if m.uid not in group.shared:
+                comp.remove(m)
+        return fusion
+
+
+def _fused_reason(producer: Instruction) -> str:
+    if producer.opcode == "reduce":
+        return "reduction along the fusion's row axes"
+    if producer.opcode == "broadcast":
+        return "broadcast of a row statistic back over the reduced axes"
+    return "elementwise producer whose users are all in the fusion"

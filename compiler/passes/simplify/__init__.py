@@ -1,0 +1,1 @@
+"""Hardware-agnostic simplification: canonicalization, constant folding, algebraic rewrites, CSE, DCE."""
