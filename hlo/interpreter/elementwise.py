@@ -11,7 +11,8 @@ from collections.abc import Callable
 import numpy as np
 
 from hlo.interpreter.core import FLOATS, EvaluationError, Op, to_dtype, wide
-from hlo.ir import Instruction, Quoted, numpy_dtype
+from hlo.ir import Instruction, numpy_dtype
+from hlo.opcodes import custom_call_target
 
 
 def erf(x: np.ndarray) -> np.ndarray:
@@ -116,8 +117,7 @@ def _convert(inst: Instruction, ops: list) -> np.ndarray:
 
 
 def _custom_call(inst: Instruction, ops: list) -> np.ndarray:
-    target = inst.attrs.get("custom_call_target")
-    name = target.text if isinstance(target, Quoted) else str(target)
+    name = custom_call_target(inst)
     if name not in CUSTOM_CALLS:
         raise EvaluationError(f"{inst.where()}: no implementation of custom_call_target=\"{name}\" "
                               f"(known: {', '.join(CUSTOM_CALLS)})")
