@@ -54,11 +54,21 @@ from isa.constants import (
 from isa.dtypes import DTYPES
 from isa.errors import AsmError, ProgramError
 from isa.instructions import OPCODES, AttrSpec, OpcodeSpec, OperandSpec
-from isa.program import ENGINES, MEMORIES, TENSOR_KINDS, AccessPattern, Instruction, Program, TensorDecl
+from isa.program import (
+    ENGINES,
+    MEMORIES,
+    TENSOR_KINDS,
+    AccessPattern,
+    Instruction,
+    Origin,
+    Program,
+    Source,
+    TensorDecl,
+)
 
 __all__ = [
     "CONSTANTS_KEY_SEP", "constant_problems", "isa_dtype_of", "load_asm_file", "parse_program",
-    "print_instruction", "print_pattern", "print_program", "read_constants", "save_asm_file",
+    "print_instruction", "print_origin", "print_pattern", "print_program", "read_constants", "save_asm_file",
     "write_atomic", "write_constants",
 ]
 
@@ -69,6 +79,7 @@ _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TENSOR_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _INT_RE = re.compile(r"[+-]?\d+")
 _SEMAPHORE_RE = re.compile(r"s(\d+)")
+_ORIGIN_SEP = "|"  # between the module, op and location of an origin's source= string
 _WORD_RE = re.compile(r"[.\w+-]*")  # the offending word quoted in a syntax error
 _TERMINAL_NAMES = {
     "NAME": "a name", "TNAME": "a tensor name", "NUMBER": "a number", "STRING": "a quoted string",
@@ -98,6 +109,7 @@ def print_program(program: Program) -> str:
         if not _NAME_RE.fullmatch(key):
             raise ProgramError(f"meta key {key!r} is not a name")
         lines.append(f".meta {key} {_meta_value(key, value)}")
+    lines.extend(print_origin(name, origin) for name, origin in program.origins.items())
     lines.extend(print_instruction(instr) for instr in program.instructions)
     return "\n".join(lines) + "\n"
 
@@ -127,12 +139,26 @@ def print_instruction(instr: Instruction) -> str:
         parts.append("wait(" + ",".join(f"s{sem}>={value}" for sem, value in instr.waits) + ")")
     if instr.signals:
         parts.append("signal(" + ",".join(f"s{sem}" for sem in instr.signals) + ")")
+    if instr.origin:
+        parts.append(f"origin={json.dumps(instr.origin)}")
     text = " ".join(parts)
     if instr.comment:
         if "\n" in instr.comment or "\r" in instr.comment:
             raise ProgramError(f"{where}: comment {instr.comment!r} spans several lines")
         text += f"  ; {instr.comment}"
     return text
+
+
+def print_origin(name: str, origin: Origin) -> str:
+    """``.origin "NAME" flops=F hbm_bytes=B source="MODULE|OP|FILE:LINE"...`` (one source= per source)."""
+    parts = [f".origin {json.dumps(name)}", f"flops={operator.index(origin.flops)}",
+             f"hbm_bytes={operator.index(origin.hbm_bytes)}"]
+    for source in origin.sources:
+        if any(_ORIGIN_SEP in field or "\n" in field for field in (source.module, source.op)):
+            raise ProgramError(f"origin {name!r}: module {source.module!r} or op {source.op!r} contains "
+                               f"{_ORIGIN_SEP!r} or a newline")
+        parts.append("source=" + json.dumps(_ORIGIN_SEP.join((source.module, source.op, source.location))))
+    return " ".join(parts)
 
 
 def print_pattern(ap: AccessPattern) -> str:
@@ -249,6 +275,7 @@ class _Assembler:
         self.tensor_tokens: dict[str, Token] = {}
         self.order: dict[str, tuple[list[Token], Token]] = {}  # "input"/"output" -> .inputs/.outputs
         self.meta: dict[str, int | float | str] = {}
+        self.origins: dict[str, Origin] = {}
         self.instructions: list[Instruction] = []
 
     def run(self, text: str) -> Program:
@@ -272,7 +299,7 @@ class _Assembler:
             self._fail("missing .target directive", None)
         inputs, outputs = self._io_order("input"), self._io_order("output")
         return Program(self.target, self.tensors, self.instructions, self._checked_constants(),
-                       inputs, outputs, self.meta, self.constants_file)
+                       inputs, outputs, self.meta, self.origins, constants_file=self.constants_file)
 
     # -- errors
     def _error(self, message: str, where: Token | Tree | None) -> AsmError:
@@ -343,6 +370,30 @@ class _Assembler:
         else:
             self._fail(f"meta value must be a number or a quoted string, got {str(value)!r}", value)
 
+    def _origin_dir(self, tree: Tree) -> None:
+        name_tok, *fields = tree.children
+        name = self._string(name_tok)
+        if name in self.origins:
+            self._fail(f"duplicate .origin {name!r}", name_tok)
+        counts, sources = {"flops": 0, "hbm_bytes": 0}, []
+        seen: set[str] = set()
+        for key, value in (f.children for f in fields):
+            if key == "source":
+                if value.type != "STRING":
+                    self._fail(f".origin source expects a quoted \"MODULE|OP|FILE:LINE\", got {str(value)!r}", value)
+                parts = self._string(value).split(_ORIGIN_SEP, 2)
+                if len(parts) != 3:
+                    self._fail(f".origin source {str(value)} is not \"MODULE|OP|FILE:LINE\"", value)
+                sources.append(Source(*parts))
+            elif key in counts:
+                if key in seen:
+                    self._fail(f"duplicate {str(key)!r} in .origin {name!r}", key)
+                seen.add(str(key))
+                counts[str(key)] = self._int(value, str(key), 0, pattern=False)
+            else:
+                self._fail(f".origin has no field {str(key)!r} (fields: flops, hbm_bytes, source)", key)
+        self.origins[name] = Origin(tuple(sources), counts["flops"], counts["hbm_bytes"])
+
     def _inputs_dir(self, tree: Tree) -> None:
         self._order_dir("input", tree)
 
@@ -403,6 +454,11 @@ class _Assembler:
                 instr.signals.extend(self._semaphore(s) for s in item.children[1:] if s is not None)
             else:
                 key, value = item.children
+                if key == "origin" and "origin" not in operand_specs and "origin" not in attr_specs:
+                    if instr.origin or not isinstance(value, Token) or value.type != "STRING":
+                        self._fail(f"{where}: origin must be given once, as a quoted HLO name", key)
+                    instr.origin = self._string(value)
+                    continue
                 if key in values:
                     self._fail(f"duplicate {str(key)!r} in {where}", key)
                 if key in operand_specs:

@@ -85,6 +85,12 @@ container (`.neff`); the machine itself is described in `shared/docs/machine-mod
   *optional* below), which it writes only off their default; the assembler takes them in any order
   and fills absent attributes with their defaults. Floats print in shortest round-trip form (`1.0`, `1e-05`, `inf`,
   `-inf`, `nan`); str attributes with choices are bare words, other strings are quoted JSON strings.
+- `origin="NAME"` after the semaphores names the HLO instruction or fusion the instruction was
+  emitted for (`neuronc profile` groups time by it); the printer writes it when it is set.
+- `.origin "NAME" flops=F hbm_bytes=B source="MODULE|OP|FILE:LINE"...` describes one origin: its
+  useful FLOPs, its compulsory HBM bytes (operands read once, result written once) and one
+  `source=` per torch origin (module path such as `h.0.attn.c_attn`, ATen op, location; each may
+  be empty).
 
 ## Access patterns
 

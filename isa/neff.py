@@ -3,7 +3,7 @@
 Layout (every integer little-endian)::
 
     offset 0   magic        4 bytes  b"NEFF"
-           4   version      u16      FORMAT_VERSION (2)
+           4   version      u16      FORMAT_VERSION (3; version 2 is still read)
            6   flags        u16      0 (no flag is defined yet; others are rejected)
            8   sections     u32      entries in the section table
           12   length       u64      total file length in bytes, checksum included
@@ -16,7 +16,8 @@ Sections (kind: content), each exactly once:
 1 header        UTF-8 JSON (never pickle): ``target``, ``tensors`` (``[name, kind, dtype, shape]`` in
                 declaration order), ``inputs``, ``outputs``, ``meta`` (non-finite floats are written
                 as JSON ``Infinity``/``NaN``) and ``constants`` (``{name, dtype, shape, offset,
-                nbytes}``, offsets into the constants section).
+                nbytes}``, offsets into the constants section) and ``origins`` (version 3: HLO
+                name -> ``{flops, hbm_bytes, sources: [[module, op, location], ...]}``).
 2 strings       u32 count, then per string: u32 byte length and UTF-8 bytes. String 0 is "".
 3 instructions  u32 count, then per instruction, driven by the OPCODES table:
                 u16 opcode code, u8 engine (index in program.ENGINES), u8 operand count;
@@ -27,7 +28,8 @@ Sections (kind: content), each exactly once:
                 u8 attribute count A, then the first A attributes in table order: int i64,
                 float f64, str with choices u16 index into them, other str u32 string index
                 (attributes the table gained after the file was written take their defaults);
-                u32 comment (string index, 0 = none);
+                u32 comment (string index, 0 = none); version 3: u32 origin (string index,
+                0 = none: the HLO instruction or fusion the instruction was emitted for);
                 u16 wait count, waits x (u32 semaphore, u32 value); u16 signal count, u32 each.
 4 constants     the raw little-endian C-order bytes of each constant array.
 
@@ -35,7 +37,8 @@ What the container keeps: everything in a Program except ``Instruction.line`` (a
 .s text; decoded as None) and ``Program.constants_file`` (a text-form detail). Instruction comments
 are kept (``neuronc disasm`` shows them). Absent attributes are written as their defaults, as in the
 text form. The container checks structure only; which engine or memory an instruction may use is
-the assembler's and emulator's business. Version 1 (no attribute count) is not read: compile again.
+the assembler's and emulator's business. Version 2 (no origins) is read with empty origins; version 1
+(no attribute count) is not read: compile again.
 """
 
 from __future__ import annotations
@@ -56,10 +59,21 @@ from isa.constants import constant_problems, isa_dtype_of, write_atomic
 from isa.dtypes import DTYPE_BY_CODE, DTYPES
 from isa.errors import NeffError, ProgramError
 from isa.instructions import OPCODE_BY_CODE, OPCODES, AttrSpec
-from isa.program import ENGINES, MEMORIES, TENSOR_KINDS, AccessPattern, Instruction, Program, TensorDecl
+from isa.program import (
+    ENGINES,
+    MEMORIES,
+    TENSOR_KINDS,
+    AccessPattern,
+    Instruction,
+    Origin,
+    Program,
+    Source,
+    TensorDecl,
+)
 
 MAGIC = b"NEFF"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (2, 3)  # 2: no origin per instruction, no origins table
 SECTION_HEADER, SECTION_STRINGS, SECTION_INSTRUCTIONS, SECTION_CONSTANTS = 1, 2, 3, 4
 SECTION_NAMES = {SECTION_HEADER: "header", SECTION_STRINGS: "strings",
                  SECTION_INSTRUCTIONS: "instructions", SECTION_CONSTANTS: "constants"}
@@ -99,6 +113,7 @@ def encode(program: Program) -> bytes:
         "outputs": list(program.outputs),
         "meta": {key: _meta_value(key, value) for key, value in program.meta.items()},
         "constants": constant_entries,
+        "origins": {name: _origin_entry(name, origin) for name, origin in program.origins.items()},
     }
     sections = [(SECTION_HEADER, json.dumps(header).encode()), (SECTION_STRINGS, strings.encode()),
                 (SECTION_INSTRUCTIONS, bytes(instructions)), (SECTION_CONSTANTS, constants)]
@@ -158,6 +173,7 @@ def _encode_instruction(instr: Instruction, tensor_index: dict[str, int], string
             raise KeyError(f"missing attribute {attr.name!r}")
         out += _encode_attr(attr, value, strings)
     out += _U32.pack(strings.add(instr.comment))
+    out += _U32.pack(strings.add(instr.origin))
     out += _U16.pack(len(instr.waits)) + b"".join(_WAIT.pack(sem, value) for sem, value in instr.waits)
     out += _U16.pack(len(instr.signals)) + b"".join(_U32.pack(sem) for sem in instr.signals)
     return bytes(out)
@@ -198,6 +214,18 @@ def _encode_constants(program: Program) -> tuple[bytes, list[dict[str, Any]]]:
     return bytes(blob), entries
 
 
+def _origin_entry(name: str, origin: Origin) -> dict[str, Any]:
+    if not isinstance(name, str) or not all(isinstance(f, str) for s in origin.sources
+                                            for f in (s.module, s.op, s.location)):
+        raise ProgramError(f"origin {name!r}: names, modules, ops and locations must be strings")
+    try:
+        flops, hbm_bytes = operator.index(origin.flops), operator.index(origin.hbm_bytes)
+    except TypeError:
+        raise ProgramError(f"origin {name!r}: flops and hbm_bytes must be integers") from None
+    return {"flops": flops, "hbm_bytes": hbm_bytes,
+            "sources": [[s.module, s.op, s.location] for s in origin.sources]}
+
+
 def _meta_value(key: str, value: object) -> int | float | str:
     if isinstance(value, str):
         return value
@@ -226,30 +254,30 @@ def load(path: str | os.PathLike) -> Program:
 def decode(data: bytes) -> Program:
     """The Program in .neff bytes. Raises NeffError for a foreign, truncated, corrupt or newer file."""
     data = bytes(data)
-    sections = _check_container(data)
-    header = _decode_header(sections[SECTION_HEADER])
+    version, sections = _check_container(data)
+    header = _decode_header(sections[SECTION_HEADER], version)
     strings = _decode_strings(sections[SECTION_STRINGS])
     program = Program(header["target"], inputs=header["inputs"], outputs=header["outputs"],
-                      meta=header["meta"])
+                      meta=header["meta"], origins=_decode_origins(header.get("origins", {})))
     for name, kind, dtype, shape in header["tensors"]:
         program.tensors[name] = TensorDecl(name, kind, dtype, tuple(shape))
     program.instructions = _decode_instructions(sections[SECTION_INSTRUCTIONS], list(program.tensors),
-                                                strings)
+                                                strings, version)
     program.constants = _decode_constants(sections[SECTION_CONSTANTS], header["constants"])
     return program
 
 
-def _check_container(data: bytes) -> dict[int, bytes]:
-    """Check magic, version, length and checksum; return the body of each section by kind."""
+def _check_container(data: bytes) -> tuple[int, dict[int, bytes]]:
+    """Check magic, version, length and checksum; return the version and the body of each section by kind."""
     if data[:4] != MAGIC[:len(data[:4])]:
         raise NeffError(f"not a .neff file: it starts with {data[:8]!r}, a .neff file with {MAGIC!r}")
     minimum = _FILE_HEADER.size + _CHECKSUM_BYTES
     if len(data) < _FILE_HEADER.size:
         raise NeffError(f"truncated .neff file: expected at least {minimum} bytes, got {len(data)}")
     _, version, flags, count, length = _FILE_HEADER.unpack_from(data)
-    if version != FORMAT_VERSION:
-        raise NeffError(f"unsupported .neff format version {version} (this neuronc reads version "
-                        f"{FORMAT_VERSION}); compile the model again with this neuronc")
+    if version not in READABLE_VERSIONS:
+        raise NeffError(f"unsupported .neff format version {version} (this neuronc reads versions "
+                        f"{', '.join(map(str, READABLE_VERSIONS))}); compile the model again with this neuronc")
     if len(data) < length:
         raise NeffError(f"truncated .neff file: expected {length} bytes, got {len(data)}")
     if len(data) > length:
@@ -280,14 +308,14 @@ def _check_container(data: bytes) -> dict[int, bytes]:
     missing = [name for kind, name in SECTION_NAMES.items() if kind not in sections]
     if missing:
         raise NeffError(f"malformed section table: no {', '.join(missing)} section")
-    return sections
+    return version, sections
 
 
 def _malformed(section: str, what: str) -> NeffError:
     return NeffError(f"malformed {section} section: {what}")
 
 
-def _decode_header(body: bytes) -> dict[str, Any]:
+def _decode_header(body: bytes, version: int) -> dict[str, Any]:
     try:
         header = json.loads(body.decode())
         checks: dict[str, Callable[[Any], bool]] = {
@@ -300,6 +328,12 @@ def _decode_header(body: bytes) -> dict[str, Any]:
             "meta": lambda v: isinstance(v, dict) and all(isinstance(x, int | float | str) for x in v.values()),
             "constants": lambda v: isinstance(v, list) and all(isinstance(c, dict) for c in v),
         }
+        if version >= 3:
+            checks["origins"] = lambda v: isinstance(v, dict) and all(
+                isinstance(o, dict) and isinstance(o.get("flops"), int) and isinstance(o.get("hbm_bytes"), int)
+                and isinstance(o.get("sources"), list) and all(
+                    isinstance(s, list) and len(s) == 3 and all(isinstance(f, str) for f in s) for s in o["sources"])
+                for o in v.values())
         for key, check in checks.items():
             if key not in header or not check(header[key]):
                 raise _malformed("header", f"missing or bad {key!r}")
@@ -346,15 +380,21 @@ def _decode_strings(body: bytes) -> list[str]:
     return strings
 
 
-def _decode_instructions(body: bytes, tensors: list[str], strings: list[str]) -> list[Instruction]:
+def _decode_origins(entries: dict[str, Any]) -> dict[str, Origin]:
+    return {name: Origin(tuple(Source(*s) for s in e["sources"]), e["flops"], e["hbm_bytes"])
+            for name, e in entries.items()}
+
+
+def _decode_instructions(body: bytes, tensors: list[str], strings: list[str], version: int) -> list[Instruction]:
     reader = _Reader(body, "instructions")
     (count,) = reader.read(_U32, "the instruction count")
-    instructions = [_decode_instruction(reader, i, tensors, strings) for i in range(count)]
+    instructions = [_decode_instruction(reader, i, tensors, strings, version) for i in range(count)]
     reader.finish()
     return instructions
 
 
-def _decode_instruction(reader: _Reader, number: int, tensors: list[str], strings: list[str]) -> Instruction:
+def _decode_instruction(reader: _Reader, number: int, tensors: list[str], strings: list[str],
+                        version: int) -> Instruction:
     what = f"instruction {number}"
 
     def check(ok: bool, problem: str) -> None:
@@ -398,6 +438,8 @@ def _decode_instruction(reader: _Reader, number: int, tensors: list[str], string
         check(attr.default is not None, f"required attribute {attr.name!r} is missing")
         instr.attrs[attr.name] = attr.default
     instr.comment = string(reader.read(_U32, what)[0])
+    if version >= 3:
+        instr.origin = string(reader.read(_U32, what)[0])
     (wait_count,) = reader.read(_U16, what)
     instr.waits = [reader.read(_WAIT, what) for _ in range(wait_count)]
     (signal_count,) = reader.read(_U16, what)

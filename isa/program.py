@@ -91,6 +91,7 @@ class Instruction:
     signals: list[int] = field(default_factory=list)
     line: int | None = None  # source line in the .s text, for error messages
     comment: str = ""
+    origin: str = ""  # the HLO instruction or fusion it was emitted for ("" when unknown)
 
 
 @dataclass
@@ -107,6 +108,36 @@ class TensorDecl:
         return prod(self.shape) * lookup_dtype(self.dtype).itemsize
 
 
+@dataclass(frozen=True)
+class Source:
+    """One framework origin of an HLO op: torch module path (``h.0.attn.c_attn``; "" at the top
+    level), ATen op (``aten.addmm``) and ``file:line`` ("" when unknown)."""
+
+    module: str = ""
+    op: str = ""
+    location: str = ""
+
+
+@dataclass
+class Origin:
+    """What the compiler knows of one origin (an HLO instruction or fusion the program runs):
+    where it came from in the model, its useful FLOPs and its compulsory HBM bytes (every operand
+    read once and the result written once, as XLA's cost analysis counts bytes accessed)."""
+
+    sources: tuple[Source, ...] = ()
+    flops: int = 0
+    hbm_bytes: int = 0
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """The distinct module paths, in order ("" left out)."""
+        return tuple(dict.fromkeys(s.module for s in self.sources if s.module))
+
+    @property
+    def ops(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(s.op for s in self.sources if s.op))
+
+
 @dataclass
 class Program:
     """A whole program: its target, HBM tensors, constant data and the instruction list.
@@ -114,6 +145,7 @@ class Program:
     Instructions are kept in one list in schedule order; each engine's stream is the subsequence
     with that engine. ``inputs``/``outputs`` order the input and output tensors of the model.
     ``meta`` holds free-form compiler facts (peak SBUF bytes, useful MACs...) as str/int/float.
+    ``origins`` describes each ``Instruction.origin`` name (the profile's rows).
     """
 
     target: str
@@ -123,6 +155,7 @@ class Program:
     inputs: list[str] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
     meta: dict[str, int | float | str] = field(default_factory=dict)
+    origins: dict[str, Origin] = field(default_factory=dict)
     # Text form only: the .npz side file named by the `.constants` directive (not program content).
     constants_file: str | None = field(default=None, compare=False)
 

@@ -69,7 +69,7 @@ def test_every_opcode_and_dtype_round_trip_exactly() -> None:
 def test_layout_matches_the_documentation() -> None:
     program = _full_program()
     version, flags, sections = _split(neff.encode(program))
-    assert (version, flags, sorted(sections)) == (2, 0, [1, 2, 3, 4])
+    assert (version, flags, sorted(sections)) == (3, 0, [1, 2, 3, 4])
     header = json.loads(sections[1])
     assert header["tensors"][1] == ["w.0", "const", "bf16", [8, 8]]
     assert header["constants"][0] == {"name": "w.0", "dtype": "bf16", "shape": [8, 8], "offset": 0,
@@ -156,9 +156,9 @@ def test_flipped_byte_fails_the_checksum() -> None:
 
 def test_future_version_and_unknown_flags() -> None:
     _, _, sections = _split(neff.encode(_full_program()))
-    for version in (1, 3):
+    for version in (1, 4):
         with pytest.raises(NeffError, match=rf"unsupported .neff format version {version} \(this neuronc reads "
-                                            r"version 2\); compile the model again"):
+                                            r"versions 2, 3\); compile the model again"):
             neff.decode(_join(sections, version=version))
     with pytest.raises(NeffError, match="unsupported .neff flags 0x0001"):
         neff.decode(_join(sections, flags=1))
@@ -175,9 +175,9 @@ MALFORMED = [
     ({1: b'{"target": 3}'}, "malformed header section: missing or bad 'target'"),
     ({3: _instruction_section(77)}, "malformed instructions section: instruction 0: unknown opcode code 77"),
     ({3: _instruction_section(11)}, "malformed instructions section: ends inside instruction 0 at byte 8"),
-    ({3: _instruction_section(11, struct.pack("<BIHH", 0, 0, 0, 0) + b"x")},
+    ({3: _instruction_section(11, struct.pack("<BIIHH", 0, 0, 0, 0, 0) + b"x")},
      "malformed instructions section: 1 stray bytes at its end"),
-    ({3: _instruction_section(11, struct.pack("<BIHH", 0, 10**6, 0, 0))},
+    ({3: _instruction_section(11, struct.pack("<BIIHH", 0, 10**6, 0, 0, 0))},
      "malformed instructions section: instruction 0: string index 1000000 out of range"),
     ({2: struct.pack("<II", 1, 5) + b"ab"}, "malformed strings section: ends inside string 0"),
     ({4: b""}, "malformed constants section: 'w.0': 128 bytes at 0 do not hold bf16[8, 8] within 0 bytes"),
