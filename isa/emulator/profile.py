@@ -7,10 +7,16 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
+from isa.emulator.attribution import LayerRow, OpRow, Records, layer_rows, op_rows
 from isa.emulator.decode import Op
+from isa.emulator.report import write_html
+from isa.emulator.rules import FP8_DTYPES
 from isa.emulator.scheduler import Timeline
+from isa.emulator.tables import layer_csv, layer_table, op_csv, op_table, top_stalls
 from isa.emulator.trace import Flow, Span, chrome_trace
-from isa.program import ENGINES, Program
+from isa.program import ENGINES, Origin, Program
 from isa.target import Target
 
 PE_ARRAY = 128 * 128  # MACs per PE cycle (machine-model.md "Tensor engine (PE)": utilization)
@@ -47,6 +53,47 @@ class Profile:
     spans: list[Span] = field(default_factory=list, repr=False)
     flows: list[Flow] = field(default_factory=list, repr=False)
     queues: int = 16
+    origins: dict[str, Origin] = field(default_factory=dict, repr=False)
+    records: Records | None = field(default=None, repr=False)
+    pe_flops_per_ns: float = 0.0  # bf16 PE peak (target file)
+    hbm_bytes_per_ns: float = 0.0
+    _rows: list[OpRow] | None = field(default=None, repr=False, compare=False)
+
+    def by_op(self) -> list[OpRow]:
+        """One row per HLO instruction or fusion that ran (its origin), largest attributed time first;
+        the rows' ``time_us`` add up to ``time_us`` (rule: ``isa.emulator.attribution``)."""
+        if self._rows is None:
+            self._rows = [] if self.records is None else op_rows(
+                self.records, self.origins, self.pe_flops_per_ns, self.hbm_bytes_per_ns)
+        return self._rows
+
+    def by_layer(self, depth: int | None = None) -> list[LayerRow]:
+        """The by_op rows grouped by torch module path cut to ``depth`` components (None: the whole
+        path); rows without a module path form the group ``(no module)``."""
+        return layer_rows(self.by_op(), depth, self.time_us)
+
+    def traced_fraction(self) -> float:
+        """The share of the run's time attributed to rows that name a torch module path."""
+        return sum(r.share for r in self.by_op() if r.modules)
+
+    def table(self, by: str = "op", top: int | None = None, depth: int | None = None) -> str:
+        """The by-op (``by="op"``) or by-layer table as text, then the top stalls."""
+        if by not in ("op", "layer"):
+            raise ValueError(f"by must be 'op' or 'layer', got {by!r}")
+        text = (op_table(self.by_op(), self.time_us, top) if by == "op"
+                else layer_table(self.by_layer(depth), self.time_us, top))
+        return f"{text}\n\n{top_stalls(self.by_op(), self.stalls)}"
+
+    def csv(self, by: str = "op", depth: int | None = None) -> str:
+        """Every by-op or by-layer row as CSV (one header line)."""
+        if by not in ("op", "layer"):
+            raise ValueError(f"by must be 'op' or 'layer', got {by!r}")
+        return op_csv(self.by_op()) if by == "op" else layer_csv(self.by_layer(depth))
+
+    def save_html(self, path: str, *, depth: int | None = None, title: str = "neuronc profile") -> int:
+        """Write the self-contained HTML report (timeline, roofline, tables, DMA histogram); returns
+        its size in bytes."""
+        return write_html(self, path, depth=depth, title=title)
 
     def summary(self) -> str:
         seconds = self.time_us * 1e-6
@@ -83,7 +130,7 @@ class Profile:
 
     def save_trace(self, path: str) -> None:
         """Write a Chrome/Perfetto trace (open in ui.perfetto.dev or chrome://tracing)."""
-        trace = chrome_trace(self.spans, self.flows, self.queues, {"summary": self.to_dict()})
+        trace = chrome_trace(self.spans, self.flows, self.queues, {"summary": self.to_dict()}, self.origins)
         with open(path, "w") as f:
             json.dump(trace, f)
 
@@ -119,6 +166,7 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
                 index, by_transfer = timeline.increments[sem][value - 1]  # the increment that released it
                 source = (transfer_span if by_transfer else engine_span)[index]
                 flows.append(Flow(source, engine_span[op.index], sem, value))
+    records = _records(program, target, ops, timeline)
     macs = program.meta.get("useful_macs")
     useful = int(macs) if isinstance(macs, int | float) else sum(op.macs for op in ops)
     cycles = total_ns * target.clock_ghz("pe")
@@ -138,4 +186,57 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
         spans=spans,
         flows=flows,
         queues=target.data["dma"]["queues"],
+        origins=dict(program.origins),
+        records=records,
+        pe_flops_per_ns=target.pe_peak_flops_bf16 / 1e9,
+        hbm_bytes_per_ns=target.data["hbm"]["bytes_per_ns"],
     )
+
+
+def _records(program: Program, target: Target, ops: list[Op], timeline: Timeline) -> Records:
+    """The arrays attribution works on (see ``isa.emulator.attribution.Records``)."""
+    names: dict[str, int] = {}
+    n = len(ops)
+    origin = np.fromiter((names.setdefault(op.inst.origin, len(names)) for op in ops), np.int32, n)
+    engine_index = {e: i for i, e in enumerate(ENGINES)}
+    engine = np.fromiter((engine_index[op.engine] for op in ops), np.int8, n)
+    queue = np.fromiter((op.queue for op in ops), np.int16, n)
+    hbm = np.fromiter((op.hbm_read + op.hbm_write for op in ops), np.int64, n)
+    start, end = np.array(timeline.start, np.float64), np.array(timeline.end, np.float64)
+    dma = np.flatnonzero(queue >= 0)
+    t_start, t_end = np.zeros(n), np.zeros(n)
+    t_start[dma] = [timeline.transfer_start[i] for i in dma]
+    t_end[dma] = [timeline.transfer_end[i] for i in dma]
+    nbytes = np.zeros(n, np.int64)
+    nbytes[dma] = [ops[i].inst.operands["src"].nbytes for i in dma]
+    pe = target.data["pe"]
+    rate = {"f32": 1.0 / pe["fp32_factor"], **{d: float(pe["fp8_rate"]) for d in FP8_DTYPES}}
+    pe_rate = np.ones(len(names))
+    for op in ops:
+        if op.opcode == "multiply_moving":
+            i = names[op.inst.origin]
+            pe_rate[i] = min(pe_rate[i], rate.get(op.inst.operands["src"].dtype, 1.0))
+    return Records(list(names), origin, engine, start, end, _stalls(engine, start, end, ops), queue, t_start,
+                   t_end, nbytes, hbm, pe_rate, timeline.time_ns)
+
+
+def _stalls(engine: np.ndarray, start: np.ndarray, end: np.ndarray, ops: list[Op]) -> np.ndarray:
+    """ns each instruction's engine waited on semaphores before it: its start minus the earliest
+    start its engine allowed (the scheduler's rule: after the previous instruction, and on PE after
+    the last load_stationary; a load may start once the previous PE instruction has started)."""
+    stall = np.zeros(len(ops))
+    is_load = np.fromiter((op.is_load for op in ops), bool, len(ops))
+    for e in range(len(ENGINES)):
+        idx = np.flatnonzero(engine == e)
+        if not len(idx):
+            continue
+        load, s, t = is_load[idx], start[idx], end[idx]
+
+        def before(values: np.ndarray) -> np.ndarray:
+            return np.concatenate([[0.0], np.maximum.accumulate(values)[:-1]])
+
+        prev_end, prev_load = before(np.where(load, 0.0, t)), before(np.where(load, t, 0.0))
+        prev_start = np.concatenate([[0.0], s[:-1]])
+        earliest = np.where(load, np.maximum(prev_start, prev_load), np.maximum(prev_end, prev_load))
+        stall[idx] = np.maximum(0.0, s - earliest)
+    return stall

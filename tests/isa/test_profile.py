@@ -78,7 +78,7 @@ def test_chrome_trace_has_a_track_per_engine_and_queue_and_instruction_text(tmp_
     events = trace["traceEvents"]
     names = {e["args"]["name"]: e["tid"] for e in events if e.get("name") == "thread_name"}
     assert set(names) == {"pe", "act", "dve", "pool", "sp", *(f"dma.q{q}" for q in range(16))}
-    boxes = [e for e in events if e["ph"] == "X"]
+    boxes = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
     assert len(boxes) == len(prog.instructions) + 6  # every instruction, plus one box per transfer
     mm = [e for e in boxes if e["name"] == "pe.multiply_moving"]
     assert [e["tid"] for e in mm] == [names["pe"]] * 2
@@ -103,7 +103,7 @@ def test_semaphore_waits_are_flow_arrows_from_the_releasing_instruction(tmp_path
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     ends = {e["id"]: e for e in events if e["ph"] == "f"}
     assert starts.keys() == ends.keys() and len(starts) == 3
-    boxes = [e for e in events if e["ph"] == "X"]
+    boxes = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
 
     def box_at(event):  # the slice a flow event binds to: on its thread, the innermost enclosing its time
         enclosing = [b for b in boxes if b["tid"] == event["tid"] and b["ts"] < event["ts"] < b["ts"] + b["dur"]]
