@@ -17,16 +17,13 @@ import re
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from isa.constants import write_atomic
-from isa.emulator.attribution import NO_MODULE, UNTAGGED, OpRow, Records, layer_of
+from isa.emulator.attribution import NO_MODULE, UNTAGGED, LayerRow, OpRow, Records, layer_of
 from isa.program import ENGINES
-
-if TYPE_CHECKING:
-    from isa.emulator.profile import Profile
 
 TIMELINE_WIDTH = 1200  # px of the time axis: columns per track
 LABEL_WIDTH = 70
@@ -45,6 +42,24 @@ td.l,th.l{text-align:left} td.src{text-align:left;white-space:normal;max-width:5
 svg text{font:11px system-ui,Helvetica,Arial,sans-serif;fill:#333}
 .legend span{margin-right:14px;white-space:nowrap}
 """
+
+
+class Profile(Protocol):
+    """What the report reads of ``isa.emulator.profile.Profile``."""
+
+    target: str
+    time_us: float
+    mfu: float
+    engine_busy: dict[str, float]
+    hbm_read_bytes: int
+    hbm_write_bytes: int
+    records: Records | None
+    pe_flops_per_ns: float
+    hbm_bytes_per_ns: float
+
+    def by_op(self) -> list[OpRow]: ...
+    def by_layer(self, depth: int | None = None) -> list[LayerRow]: ...
+    def traced_fraction(self) -> float: ...
 
 
 def color(name: str) -> str:
