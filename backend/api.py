@@ -9,6 +9,7 @@ import numpy as np
 from backend.emit import ProgramBuilder
 from backend.lower import Lowering
 from backend.options import BackendOptions
+from backend.provenance import origin_table
 from backend.report import memory_plan
 from backend.residency import Image, ResidencyMismatch, Survey, plan_residency
 from backend.schedule import schedule
@@ -63,6 +64,7 @@ def compile_module(module: Module, target: Target | str, *, options: BackendOpti
     n_queues = min(options.dma_queues, target.data["dma"]["queues"])
     result = schedule(ops, builder.costs, untracked, n_queues, options.list_schedule)
     program.instructions = [ops[i] for i in result.order]
+    program.origins = origin_table(module, (inst.origin for inst in program.instructions))
     program.meta["useful_macs"] = builder.useful_macs
     program.meta["peak_sbuf_bytes"] = builder.alloc.peak_sbuf_bytes() * target.partitions
     return BackendResult(program, memory_plan(builder), result.text)

@@ -46,6 +46,7 @@ class ProgramBuilder:
         self._identity: dict[str, Tile] = {}
         self._ones: dict[str, Tile] = {}
         self.useful_macs = 0
+        self.origin = ""  # the HLO instruction being lowered: every emitted instruction is tagged with it
 
     # -- HBM tensors ------------------------------------------------------------------------------------------
     def input_tensor(self, index: int, dtype: str, shape: tuple[int, ...]) -> View:
@@ -95,7 +96,7 @@ class ProgramBuilder:
     def emit(self, engine: str, opcode: str, comment: str = "", attrs: dict | None = None,
              **operands: AccessPattern | None) -> Instruction:
         inst = Instruction(engine, opcode, {k: v for k, v in operands.items() if v is not None},
-                           dict(attrs or {}), comment=comment)
+                           dict(attrs or {}), comment=comment, origin=self.origin)
         if opcode == "dma":
             self._route(inst)
         self.ops.append(inst)

@@ -74,6 +74,7 @@ class Lowering:
                 self.values[inst.uid] = self.lower(inst)
         for j, (r, out) in enumerate(zip(roots, outs, strict=True)):
             value = view_of(self.values[r.uid], r)
+            self.b.origin = r.name
             if not (value.buffer is out.buffer and value.is_dense_row_major()):
                 copy_kernel(self.b, value, out, f"output{j}", r.where())
 
@@ -147,6 +148,7 @@ class Lowering:
 
     # -- instructions -----------------------------------------------------------------------------------------
     def lower(self, inst: Instruction) -> Value:
+        self.b.origin = inst.name  # what the kernels emit for it is tagged with its name (as in exe.hlo)
         ops = [self.values[o.uid] for o in inst.operands]
         handler = KERNELS.get(inst.opcode)
         if handler is not None:

@@ -92,8 +92,26 @@ def describe(node: fx.Node) -> str:
     return f"node %{node.name}" + (f" at {_short(loc[0])}:{loc[1]}" if loc else "")
 
 
+_DYNAMO_ROOT = re.compile(r"^L\[?'?self'?\]?\.?|^L__self__\.?")
+_INDEX = re.compile(r"\[['\"]?([^\]'\"]+)['\"]?\]")
+
+
+def module_path(node: fx.Node) -> str:
+    """The torch module path of the node's innermost module (``h.0.attn.c_attn``; "" at the top level),
+    from fx's ``nn_module_stack`` (dynamo's ``L['self'].h[0]`` form normalized to ``h.0``)."""
+    stack = node.meta.get("nn_module_stack")
+    if not stack:
+        return ""
+    path = str(list(stack.values())[-1][0])
+    path = _INDEX.sub(r".\1", _DYNAMO_ROOT.sub("", path))
+    return path.strip(".").replace("..", ".")
+
+
 def _metadata(node: fx.Node, op_name: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"op_name": op_name}
+    module = module_path(node)
+    if module:
+        meta["module"] = module
     loc = source_location(node)
     if loc:
         meta["source_file"], meta["source_line"] = loc

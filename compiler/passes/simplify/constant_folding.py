@@ -40,6 +40,7 @@ from compiler.passes.utils import insert_constant, reachable_computations, repla
 from hlo.interpreter import OPS, EvaluationError, evaluate
 from hlo.ir import Computation, Instruction, Module, Quoted, numpy_dtype
 from hlo.printer import INLINE_LITERAL_MAX, constant_key
+from hlo.provenance import merge_provenance
 
 _NEVER = frozenset({"parameter", "constant", "iota", "fusion", "call", "tuple", "get-tuple-element"})
 
@@ -145,6 +146,10 @@ class ConstantFolding(HloPass):
             attrs["data"] = Quoted(key)
         folded = Instruction(module.unique_name("constant"), "constant", inst.shape, [], attrs, literal=literal,
                              metadata=dict(inst.metadata))
+        if chain:  # the folded constant stands for the whole chain: keep every torch origin in it
+            for i in comp.instructions:
+                if i.uid in needed and i.opcode not in ("constant", "parameter"):
+                    merge_provenance(folded, i)
         insert_constant(comp, folded)
         replace_instruction(comp, inst, folded)
         return True

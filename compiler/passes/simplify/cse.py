@@ -2,11 +2,11 @@
 
 Two instructions are the same expression when they have the same opcode, shape (layout included), operands
 (after earlier eliminations), attributes and called computations (by identity); metadata is ignored, and the
-first one in program order is kept. Operands of commutative ops (add, multiply, maximum, minimum, and, or,
-xor) are compared as a set, so ``add(a, b)`` and ``add(b, a)`` merge. Constants merge when their element type,
-dims and data are bit-identical (two weights with equal data but different ``data`` keys merge too); only
-constants that share their type and dims with another one have their data compared, so large weights are not
-read on every run.
+first one in program order is kept, with the torch origins of the others merged into its metadata. Operands
+of commutative ops (add, multiply, maximum, minimum, and, or, xor) are compared as a set, so ``add(a, b)``
+and ``add(b, a)`` merge. Constants merge when their element type, dims and data are bit-identical (two
+weights with equal data but different ``data`` keys merge too); only constants that share their type and
+dims with another one have their data compared, so large weights are not read on every run.
 
 Never merged: parameters (distinct inputs even when alike), constants whose data is not loaded, and
 custom-calls whose target is not a known pure function (they may have effects the compiler cannot see).
@@ -26,6 +26,7 @@ from compiler.passes.interface import HloPass
 from compiler.passes.utils import reachable_computations
 from hlo.ir import Computation, Instruction, Module
 from hlo.opcodes import COMMUTATIVE, ELEMENTWISE_CUSTOM_CALLS, custom_call_target
+from hlo.provenance import merge_provenance
 
 
 def _hashable(value: Any) -> Hashable:
@@ -91,6 +92,7 @@ class CommonSubexpressionElimination(HloPass):
                 kept.append(inst)
             else:
                 replaced[inst.uid] = first
+                merge_provenance(first, inst)  # the kept one stands for both torch origins
         if not replaced:
             return False
         comp.instructions = kept
