@@ -53,6 +53,13 @@ def _add_run_and_profile(sub: argparse._SubParsersAction) -> None:
         else:
             p.add_argument("--trace", help="write a Perfetto/Chrome trace JSON here")
             p.add_argument("--json", help="write the profile figures as JSON here")
+            p.add_argument("--by", choices=("op", "layer"), default="op",
+                           help="table rows: HLO ops (fusions) or torch module paths (default: op)")
+            p.add_argument("--top", type=_positive, default=20, help="rows shown in the table (default 20)")
+            p.add_argument("--depth", type=_positive, default=None,
+                           help="--by layer: module path components kept (h.0.attn.c_attn at 2 is h.0)")
+            p.add_argument("--csv", help="write every row of the --by table as CSV here")
+            p.add_argument("--html", help="write the self-contained HTML report here")
         p.set_defaults(func=func)
 
 
@@ -76,6 +83,13 @@ def _seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; seeds are integers >= 0")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _seed(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 is not a positive integer")
     return value
 
 
@@ -162,12 +176,21 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
 
 
-    for path, what in ((args.trace, "--trace"), (args.json, "--json")):
+    for path, what in ((args.trace, "--trace"), (args.json, "--json"), (args.csv, "--csv"), (args.html, "--html")):
         if path:
             check_writable(path, what)
     exe = driver.load(args.neff)
     prof = exe.profile(*_inputs(exe, args), check=args.check, progress=True)
     print(prof.summary())
+    print()
+    print(prof.table(args.by, top=args.top, depth=args.depth))
+    if args.csv:
+        text = prof.csv(args.by, depth=args.depth).encode()
+        write_atomic(args.csv, lambda f: f.write(text))
+        print(f"wrote {args.csv}")
+    if args.html:
+        size = prof.save_html(args.html, depth=args.depth, title=f"neuronc profile: {Path(args.neff).name}")
+        print(f"wrote {args.html} ({size / 1e6:.2f} MB)")
     if args.trace:
         prof.save_trace(args.trace)
         print(f"wrote trace {args.trace} (open it in https://ui.perfetto.dev or chrome://tracing)")

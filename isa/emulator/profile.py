@@ -82,7 +82,8 @@ class Profile:
             raise ValueError(f"by must be 'op' or 'layer', got {by!r}")
         text = (op_table(self.by_op(), self.time_us, top) if by == "op"
                 else layer_table(self.by_layer(depth), self.time_us, top))
-        return f"{text}\n\n{top_stalls(self.by_op(), self.stalls)}"
+        stalls = top_stalls(self.by_op())
+        return f"{text}\n\n{stalls}" if stalls else text
 
     def csv(self, by: str = "op", depth: int | None = None) -> str:
         """Every by-op or by-layer row as CSV (one header line)."""

@@ -61,15 +61,12 @@ def layer_table(rows: Sequence[LayerRow], total_us: float, top: int | None = Non
     return "\n".join(lines)
 
 
-def top_stalls(rows: Sequence[OpRow], stalls: dict[str, dict[str, float]], top: int = 5) -> str:
-    """The engines' longest semaphore waits by releasing engine, and the ops whose instructions waited most."""
-    pairs = sorted(((us, engine, source) for engine, by in stalls.items() for source, us in by.items()),
-                   reverse=True)[:top]
-    lines = ["top stalls (engine waiting on semaphores signalled by):"]
-    lines += [f"  {engine:<6} <- {source:<8}{us:>12.3f} us" for us, engine, source in pairs]
+def top_stalls(rows: Sequence[OpRow], top: int = 5) -> str:
+    """The ops whose instructions waited longest on semaphores (the summary has the engine pairs)."""
+    lines = []
     waiting = sorted((r for r in rows if r.stall_us > 0), key=lambda r: -r.stall_us)[:top]
     if waiting:
-        lines.append("ops whose instructions waited longest on semaphores:")
+        lines.append("top stalls by op (its instructions waiting on semaphores):")
         lines += [f"  {_clip(r.name, 30):<31}{r.stall_us:>12.3f} us" for r in waiting]
     return "\n".join(lines)
 

@@ -121,7 +121,7 @@ def test_by_layer_splits_rows_over_their_modules_and_keeps_the_sum() -> None:
 def test_tables_and_csv() -> None:
     _, prof = _tagged_matmul_run()
     text = prof.table("op", top=1)
-    assert "of bound" in text and "B/DMA" in text and "(1 more)" in text and "top stalls" in text
+    assert "of bound" in text and "B/DMA" in text and "(1 more)" in text and "top stalls by op" in text
     assert f"(run: {prof.time_us:.2f} us)" in text
     assert "net.fc" in prof.table("layer")
     rows = list(csv.DictReader(io.StringIO(prof.csv("op"))))
