@@ -90,6 +90,12 @@ class OpRow:
         """bound_us / time_us: 1.0 runs at its roofline."""
         return self.bound_us / self.time_us if self.time_us else 0.0
 
+    @property
+    def dma_gbps(self) -> float:
+        """Bytes its DMAs moved per second of transfer time (summed over queues), GB/s: far below a
+        queue's rate when transfers are made of many small contiguous runs."""
+        return self.dma_bytes / self.busy_us["dma"] / 1e3 if self.busy_us.get("dma") else 0.0
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["modules"], data["locations"] = list(self.modules), list(self.locations)

@@ -311,8 +311,8 @@ def layer_tree_table(prof: Profile, depth: int | None) -> str:
 def op_table_html(rows: Sequence[OpRow]) -> str:
     head = ('<tr><th class="l">op</th><th>time us</th><th>share</th><th>bound us</th><th>of bound</th>'
             '<th class="l">bound by</th><th class="l">roof</th><th>PE us</th><th>ACT us</th><th>DVE us</th>'
-            '<th>POOL us</th><th>DMA us</th><th>DMAs</th><th>bytes/DMA</th><th>stall us</th><th>GFLOP</th>'
-            '<th>HBM bytes</th><th class="l">source</th></tr>')
+            '<th>POOL us</th><th>DMA us</th><th>DMAs</th><th>bytes/DMA</th><th>DMA GB/s</th><th>stall us</th>'
+            '<th>GFLOP</th><th>HBM bytes</th><th class="l">source</th></tr>')
     body = []
     for r in rows:
         eff = f"{100 * r.efficiency:.0f}%" if r.bound_us else "-"
@@ -321,7 +321,8 @@ def op_table_html(rows: Sequence[OpRow]) -> str:
                     f'<td>{r.time_us:.2f}</td><td>{100 * r.share:.2f}%</td><td>{r.bound_us:.2f}</td><td>{eff}</td>'
                     f'<td class="l">{r.bound_by}</td><td class="l">{r.roof}</td><td>{b["pe"]:.1f}</td>'
                     f'<td>{b["act"]:.1f}</td><td>{b["dve"]:.1f}</td><td>{b["pool"]:.1f}</td><td>{b["dma"]:.1f}</td>'
-                    f'<td>{r.dma_count}</td><td>{_e(_bytes(r.bytes_per_dma))}</td><td>{r.stall_us:.2f}</td>'
+                    f'<td>{r.dma_count}</td><td>{_e(_bytes(r.bytes_per_dma))}</td><td>{r.dma_gbps:.1f}</td>'
+                    f'<td>{r.stall_us:.2f}</td>'
                     f'<td>{r.flops / 1e9:.3g}</td><td>{_e(_bytes(r.hbm_bytes))}</td>'
                     f'<td class="src">{_e(r.source[:300])}'
                     + (f'<br>{_e(" ".join(r.locations[:3]))}' if r.locations else "") + '</td></tr>')

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from isa.emulator.attribution import LayerRow, OpRow
 
 OP_COLUMNS = ("name", "time_us", "share", "bound_us", "efficiency", "bound_by", "roof", "compute_us", "memory_us",
-              "overhead_us", "stall_us", "instructions", "dma_count", "dma_bytes", "bytes_per_dma", "flops",
+              "overhead_us", "stall_us", "instructions", "dma_count", "dma_bytes", "bytes_per_dma", "dma_gbps", "flops",
               "hbm_bytes", "dma_hbm_bytes", "busy_pe_us", "busy_act_us", "busy_dve_us", "busy_pool_us",
               "busy_sp_us", "busy_dma_us", "source", "locations")
 LAYER_COLUMNS = ("path", "time_us", "share", "bound_us", "bound_by", "compute_us", "memory_us", "overhead_us",
@@ -32,11 +32,12 @@ def op_table(rows: Sequence[OpRow], total_us: float, top: int | None = None) -> 
     """The by-op table: time share, achieved vs roofline bound, bytes per DMA, stalls, source."""
     shown = list(rows[:top] if top else rows)
     lines = [f"{'op':<28}{'time us':>11}{'share':>7}{'bound us':>10}{'of bound':>9}  {'bound by':<9}"
-             f"{'DMAs':>6}{'B/DMA':>8}{'stall us':>10}  source"]
+             f"{'DMAs':>6}{'B/DMA':>8}{'DMA GB/s':>9}{'stall us':>10}  source"]
     for r in shown:
         eff = f"{100 * r.efficiency:.0f}%" if r.bound_us else "-"
         lines.append(f"{_clip(r.name, 27):<28}{r.time_us:>11.2f}{100 * r.share:>6.1f}%{r.bound_us:>10.2f}{eff:>9}  "
-                     f"{r.bound_by:<9}{r.dma_count:>6}{_size(r.bytes_per_dma):>8}{r.stall_us:>10.2f}  "
+                     f"{r.bound_by:<9}{r.dma_count:>6}{_size(r.bytes_per_dma):>8}{r.dma_gbps:>9.1f}"
+                     f"{r.stall_us:>10.2f}  "
                      f"{_clip(r.source, 60)}")
     rest = rows[len(shown):]
     if rest:
@@ -77,7 +78,7 @@ def op_csv(rows: Sequence[OpRow]) -> str:
     writer.writerow(OP_COLUMNS)
     for r in rows:
         d = r.to_dict()
-        d.update({f"busy_{k}_us": v for k, v in r.busy_us.items()}, efficiency=r.efficiency,
+        d.update({f"busy_{k}_us": v for k, v in r.busy_us.items()}, efficiency=r.efficiency, dma_gbps=r.dma_gbps,
                  locations=" ".join(r.locations))
         writer.writerow([d[c] for c in OP_COLUMNS])
     return out.getvalue()
