@@ -216,9 +216,13 @@ def op_rows(rec: Records, origins: dict[str, Origin], pe_flops_per_ns: float,
 
 
 def describe_sources(origin: Origin) -> str:
-    """``module: op`` per distinct torch origin, "; "-separated (the top level is ``(top)``)."""
-    seen = dict.fromkeys(f"{s.module or '(top)'}: {s.op}" if s.op else s.module for s in origin.sources)
-    return "; ".join(s for s in seen if s)
+    """``module: op, op`` per module of its torch origins, "; "-separated (the top level is ``(top)``)."""
+    ops: dict[str, dict[str, None]] = {}
+    for source in origin.sources:
+        ops.setdefault(source.module or "(top)", {})
+        if source.op:
+            ops[source.module or "(top)"][source.op] = None
+    return "; ".join(f"{m}: {', '.join(o)}" if o else m for m, o in ops.items())
 
 
 def layer_of(module: str, depth: int | None) -> str:

@@ -35,7 +35,8 @@ body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;m
 h1{font-size:20px;margin:0 0 6px} h2{font-size:16px;margin:22px 0 6px;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;font-size:12px} td,th{padding:2px 7px;border-bottom:1px solid #eee;
 text-align:right;white-space:nowrap} th{background:#f4f4f4;position:sticky;top:0}
-td.l,th.l{text-align:left} td.src{text-align:left;white-space:normal;max-width:520px;color:#555}
+td.l,th.l{text-align:left} td.src{text-align:left;white-space:normal;min-width:320px;max-width:560px;
+color:#555;font-size:11px}
 .sw{display:inline-block;width:10px;height:10px;margin-right:5px;vertical-align:middle}
 .summary td{text-align:left;border:0;padding:1px 10px 1px 0} .note{color:#666;font-size:12px}
 .bar{display:inline-block;height:9px;background:#4a7fb5;vertical-align:middle}
@@ -78,6 +79,15 @@ def _us(value: float) -> str:
     if value >= 1e3:
         return f"{value / 1e3:.4g} ms"
     return f"{value:.4g} us"
+
+
+def short_location(location: str) -> str:
+    """``file:line`` without the install prefix (``transformers/activations.py:66``) or the leading folders."""
+    marker = "site-packages/"
+    if marker in location:
+        return location.split(marker, 1)[1]
+    parts = location.replace("\\", "/").split("/")
+    return "/".join(parts[-2:])
 
 
 def _bytes(n: float) -> str:
@@ -325,7 +335,8 @@ def op_table_html(rows: Sequence[OpRow]) -> str:
                     f'<td>{r.stall_us:.2f}</td>'
                     f'<td>{r.flops / 1e9:.3g}</td><td>{_e(_bytes(r.hbm_bytes))}</td>'
                     f'<td class="src">{_e(r.source[:300])}'
-                    + (f'<br>{_e(" ".join(r.locations[:3]))}' if r.locations else "") + '</td></tr>')
+                    + (f'<br>{_e(" ".join(short_location(x) for x in r.locations[:3]))}' if r.locations else "")
+                    + '</td></tr>')
     return f"<table>{head}{''.join(body)}</table>"
 
 

@@ -80,6 +80,7 @@ def test_by_op_rows_sum_to_the_run_and_carry_the_figures() -> None:
     assert fc.dma_bytes == 2 * K * N * 2 + 2 * K * M * 2 + M * 4 == fc.dma_hbm_bytes
     assert fc.bytes_per_dma == pytest.approx(fc.dma_bytes / 5)
     assert fc.source == "net.fc: aten.addmm; net.act: aten.relu" and fc.modules == ("net.fc", "net.act")
+    assert fc.dma_gbps == pytest.approx(fc.dma_bytes / fc.busy_us["dma"] / 1e3)
     assert fc.locations == ("net.py:10", "net.py:11")
     target = load_target("trn1")
     compute_us = fc.flops / target.pe_peak_flops_bf16 * 1e6
