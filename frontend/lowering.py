@@ -102,7 +102,8 @@ def module_path(node: fx.Node) -> str:
     stack = node.meta.get("nn_module_stack")
     if not stack:
         return ""
-    path = str(list(stack.values())[-1][0])
+    innermost = list(stack.values())[-1]  # (path, module type); a bare path in some torch versions
+    path = str(innermost[0] if isinstance(innermost, tuple | list) else innermost)
     path = _INDEX.sub(r".\1", _DYNAMO_ROOT.sub("", path))
     return path.strip(".").replace("..", ".")
 

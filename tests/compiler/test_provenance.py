@@ -143,3 +143,18 @@ def test_cli_profile_by_layer_top_csv_and_html(net_exe, tmp_path, capsys):
         main(["profile", str(neff), "--by", "engine"])
     with pytest.raises(SystemExit):
         main(["profile", str(neff), "--top", "0"])
+
+
+def test_module_paths_of_export_fx_and_dynamo_forms():
+    from types import SimpleNamespace
+
+    from frontend.lowering import module_path
+
+    def node(stack):
+        return SimpleNamespace(meta={"nn_module_stack": stack} if stack is not None else {})
+
+    assert module_path(node({"a": ("", "M"), "b": ("h.0.attn.c_attn", "Conv1D")})) == "h.0.attn.c_attn"
+    assert module_path(node({"L__self___h_0": ("L['self'].h[0].attn", "GPT2Attention")})) == "h.0.attn"
+    assert module_path(node({"x": ("L['self'].blocks['enc'].fc", "Linear")})) == "blocks.enc.fc"
+    assert module_path(node({"x": "layers.1"})) == "layers.1"
+    assert module_path(node(None)) == "" and module_path(node({"r": ("", "M")})) == ""

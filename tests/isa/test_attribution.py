@@ -207,3 +207,21 @@ def test_report_of_many_instructions_stays_small(tmp_path) -> None:
     text = check_html(tmp_path / "big.html")
     assert text.count("<rect") <= 5 * TIMELINE_WIDTH + 100 and size < 5_000_000
     json.dumps([r.to_dict() for r in prof.by_op()])
+
+
+def test_trace_has_op_and_layer_args_and_op_slices(tmp_path) -> None:
+    _, prof = _tagged_matmul_run()
+    prof.save_trace(str(tmp_path / "t.json"))
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    boxes = [e for e in events if e["ph"] == "X" and e["pid"] == 1]
+    assert {e["args"]["op"] for e in boxes} == {"fusion.1", "copy.2"}
+    assert {e["args"]["layer"] for e in boxes if e["args"]["op"] == "fusion.1"} == {"net.fc, net.act"}
+    ops = [e for e in events if e["ph"] == "X" and e["pid"] == 2]
+    assert {e["name"] for e in ops} == {"fusion.1", "copy.2"} and all(e["cat"] == "op" for e in ops)
+    assert sum(e["args"]["instructions"] for e in ops if e["tid"] == ops[0]["tid"]) == sum(
+        1 for e in boxes if e["tid"] == ops[0]["tid"])
+    for tid in {e["tid"] for e in ops}:  # op slices of a track never overlap
+        mine = sorted((e["ts"], e["ts"] + e["dur"]) for e in ops if e["tid"] == tid)
+        assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:]))
+    names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
+    assert names == {"NeuronCore", "HLO ops"}
