@@ -143,10 +143,30 @@ def _runs(winner: np.ndarray, level: np.ndarray) -> list[tuple[int, int, int, in
             if winner[a] >= 0]
 
 
-def timeline_svg(prof: Profile, rows: Sequence[OpRow]) -> str:
+def _layer_track(rec: Records, rows: Sequence[OpRow], depth: int) -> tuple[tuple, list[str], list[str]]:
+    """The track on top: all work (engines and transfers), each origin standing for its first module
+    cut to ``depth``; with the colours and titles of those layers."""
+    info = {r.name: r for r in rows}
+    layers: dict[str, int] = {}
+
+    def layer(name: str) -> str:
+        row = info.get(name or UNTAGGED)
+        return layer_of(row.modules[0], depth) if row is not None and row.modules else NO_MODULE
+
+    of_origin = np.array([layers.setdefault(layer(n), len(layers)) for n in rec.names], np.int64)
+    dma = rec.queue >= 0
+    start = np.concatenate([rec.start[rec.engine < ENGINES.index("sp")], rec.transfer_start[dma]])
+    end = np.concatenate([rec.end[rec.engine < ENGINES.index("sp")], rec.transfer_end[dma]])
+    ids = of_origin[np.concatenate([rec.origin[rec.engine < ENGINES.index("sp")], rec.origin[dma]])]
+    names = list(layers)
+    return (f"layer ({depth})", start, end, ids, ENGINE_ROW), [color(n) for n in names], [_e(n) for n in names]
+
+
+def timeline_svg(prof: Profile, rows: Sequence[OpRow], depth: int | None = None) -> str:
+    """The layer track (work of any engine or queue, coloured by torch module at ``depth``, default 2),
+    then one track per engine and DMA queue coloured by op."""
     rec = prof.records
     assert rec is not None
-    tracks = _track_intervals(rec)
     total = max(rec.total_ns, 1e-9)
     scale = TIMELINE_WIDTH / total
     info = {r.name: r for r in rows}
@@ -157,8 +177,11 @@ def timeline_svg(prof: Profile, rows: Sequence[OpRow]) -> str:
         titles.append(_e(f"{name or UNTAGGED}{where}" + (f" ({_us(row.time_us)}, {100 * row.share:.1f}%)"
                                                          if row else "")))
     colors = [color(n or UNTAGGED) for n in rec.names]
+    layer_track, layer_colors, layer_titles = _layer_track(rec, rows, depth or 2)
+    tracks = [(layer_track, layer_colors, layer_titles)]
+    tracks += [(t, colors, titles) for t in _track_intervals(rec)]
     top = 24
-    height = top + sum(t[4] + 2 for t in tracks) + 4
+    height = top + sum(t[0][4] + 2 for t in tracks) + 6
     width = LABEL_WIDTH + TIMELINE_WIDTH + 10
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" role="img" aria-label="per-engine timeline">']
@@ -170,18 +193,18 @@ def timeline_svg(prof: Profile, rows: Sequence[OpRow]) -> str:
                    f'<text x="{x:.1f}" y="{top - 8}" text-anchor="middle">{_e(_us(t))}</text>')
         t += step
     y = top
-    for name, start, end, origin, row_height in tracks:
-        winner, busy = column_winners(start, end, origin, scale, TIMELINE_WIDTH)
+    for (name, start, end, ids, row_height), fills, tips in tracks:
+        winner, busy = column_winners(start, end, ids, scale, TIMELINE_WIDTH)
         level = np.ceil(busy * OPACITY_LEVELS).astype(np.int64)
         out.append(f'<text x="{LABEL_WIDTH - 6}" y="{y + row_height - 1 if row_height < 12 else y + 15}" '
                    f'text-anchor="end" style="font-size:{9 if row_height < 12 else 11}px">{_e(name)}</text>')
         out.append(f'<rect x="{LABEL_WIDTH}" y="{y}" width="{TIMELINE_WIDTH}" height="{row_height}" fill="#f7f7f7"/>')
         for x0, n, o, lv in _runs(winner, level):
             opacity = 0.35 + 0.65 * lv / OPACITY_LEVELS
-            out.append(f'<rect x="{LABEL_WIDTH + x0}" y="{y}" width="{n}" height="{row_height}" fill="{colors[o]}"'
+            out.append(f'<rect x="{LABEL_WIDTH + x0}" y="{y}" width="{n}" height="{row_height}" fill="{fills[o]}"'
                        + (f' fill-opacity="{opacity:.2f}"' if lv < OPACITY_LEVELS else "")
-                       + f'><title>{titles[o]}</title></rect>')
-        y += row_height + 2
+                       + f'><title>{tips[o]}</title></rect>')
+        y += row_height + (6 if y == top else 2)
     out.append("</svg>")
     return "".join(out)
 
@@ -360,9 +383,10 @@ def render(prof: Profile, *, depth: int | None = None, title: str = "neuronc pro
     if prof.records is not None and len(prof.records.start):
         roofline, note = roofline_svg(prof, rows)
         parts += ["<h2>Timeline</h2>",
-                  f'<p class="note">One column per {_us(prof.time_us / TIMELINE_WIDTH)}: the op busiest in it '
-                  f"gives the colour, the busy fraction the opacity. Hover for names.</p>",
-                  timeline_svg(prof, rows), legend(rows),
+                  f'<p class="note">One column per {_us(prof.time_us / TIMELINE_WIDTH)}: the op (on the top track: '
+                  f"the torch module) busiest in it gives the colour, the busy fraction the opacity. Hover for "
+                  f"names.</p>",
+                  timeline_svg(prof, rows, depth), legend(rows),
                   "<h2>Roofline</h2>", f'<p class="note">{_e(note)} Point area grows with the op\'s time.</p>',
                   roofline,
                   "<h2>By layer</h2>", layer_tree_table(prof, depth),
