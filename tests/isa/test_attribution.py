@@ -225,3 +225,18 @@ def test_trace_has_op_and_layer_args_and_op_slices(tmp_path) -> None:
         assert all(a[1] <= b[0] + 1e-9 for a, b in zip(mine, mine[1:]))
     names = {e["args"]["name"] for e in events if e.get("name") == "process_name"}
     assert names == {"NeuronCore", "HLO ops"}
+
+
+def test_empty_and_single_instruction_programs(tmp_path) -> None:
+    from isa.program import Instruction, Program
+
+    prof = run_program(Program("trn1"), {}).profile
+    assert prof.by_op() == [] and prof.by_layer() == [] and prof.traced_fraction() == 0
+    assert "total" in prof.table("op")
+    prof.save_html(str(tmp_path / "empty.html"))
+    check_html(tmp_path / "empty.html")
+    prof = run_program(Program("trn1", instructions=[Instruction("pe", "nop", origin="x")]), {}).profile
+    (row,) = prof.by_op()
+    assert row.name == "x" and row.time_us == pytest.approx(prof.time_us) and row.bound_by == "compute"
+    prof.save_html(str(tmp_path / "one.html"))
+    check_html(tmp_path / "one.html")
