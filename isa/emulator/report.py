@@ -29,6 +29,7 @@ TIMELINE_WIDTH = 1200  # px of the time axis: columns per track
 LABEL_WIDTH = 70
 ENGINE_ROW, QUEUE_ROW = 22, 7
 OPACITY_LEVELS = 4  # busy fraction of a column, quantized (fewer, longer rectangles)
+MAX_OP_ROWS = 2000  # rows of the by-op table (the rest: a line saying how many, and their time)
 
 CSS = """
 body{font:13px/1.4 system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:18px;color:#222}
@@ -347,7 +348,7 @@ def op_table_html(rows: Sequence[OpRow]) -> str:
             '<th>POOL us</th><th>DMA us</th><th>DMAs</th><th>bytes/DMA</th><th>DMA GB/s</th><th>stall us</th>'
             '<th>GFLOP</th><th>HBM bytes</th><th class="l">source</th></tr>')
     body = []
-    for r in rows:
+    for r in rows[:MAX_OP_ROWS]:
         eff = f"{100 * r.efficiency:.0f}%" if r.bound_us else "-"
         b = r.busy_us
         body.append(f'<tr><td class="l"><i class="sw" style="background:{color(r.name)}"></i>{_e(r.name)}</td>'
@@ -360,6 +361,10 @@ def op_table_html(rows: Sequence[OpRow]) -> str:
                     f'<td class="src">{_e(r.source[:300])}'
                     + (f'<br>{_e(" ".join(short_location(x) for x in r.locations[:3]))}' if r.locations else "")
                     + '</td></tr>')
+    rest = rows[MAX_OP_ROWS:]
+    if rest:
+        body.append(f'<tr><td class="l">({len(rest)} more ops: see --csv)</td>'
+                    f'<td>{sum(r.time_us for r in rest):.2f}</td><td>{100 * sum(r.share for r in rest):.2f}%</td></tr>')
     return f"<table>{head}{''.join(body)}</table>"
 
 

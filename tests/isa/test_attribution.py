@@ -190,7 +190,7 @@ def test_timeline_columns_take_the_busiest_op() -> None:
     np.testing.assert_allclose(busy, [0.8, 1, 1, 1, 0, 0.5, 0, 0])
 
 
-def test_report_of_many_instructions_stays_small(tmp_path) -> None:
+def test_report_of_many_instructions_stays_small(tmp_path, monkeypatch) -> None:
     """The timeline has at most TIMELINE_WIDTH rectangles per track whatever the program's length."""
     n = 200_000
     rng = np.random.default_rng(1)
@@ -203,9 +203,11 @@ def test_report_of_many_instructions_stays_small(tmp_path) -> None:
     prof.records, prof._rows, prof.origins = rec, None, {}
     prof.time_us = rec.total_ns / 1000
     assert sum(r.time_us for r in prof.by_op()) == pytest.approx(prof.time_us)
+    monkeypatch.setattr("isa.emulator.report.MAX_OP_ROWS", 100)
     size = prof.save_html(str(tmp_path / "big.html"))
     text = check_html(tmp_path / "big.html")
-    assert text.count("<rect") <= 5 * TIMELINE_WIDTH + 100 and size < 5_000_000
+    assert text.count("<rect") <= 6 * TIMELINE_WIDTH + 100 and size < 5_000_000
+    assert "(400 more ops: see --csv)" in text
     json.dumps([r.to_dict() for r in prof.by_op()])
 
 
