@@ -8,8 +8,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from isa import weights
+from isa import neff, weights
+from isa.emulator import run_program
 from isa.errors import NeffError
+from isa.program import AccessPattern, Instruction, Program
 
 CONSTANTS = {
     "a": np.arange(7, dtype=np.float32).astype(ml_dtypes.bfloat16),
@@ -72,3 +74,33 @@ def test_verify_finds_changed_data(tmp_path):
     weights.read(path, ident, EXPECTED)  # names, shapes and id still match
     with pytest.raises(NeffError, match="damaged"):
         weights.read(path, ident, EXPECTED, verify=True)
+
+
+def _program_with_constants():
+    prog = Program("trn1")
+    prog.add_tensor("w", "const", "bf16", (4, 8))
+    prog.add_tensor("out", "output", "bf16", (4, 8))
+    prog.constants = {"w": np.arange(32, dtype=np.float32).reshape(4, 8).astype(ml_dtypes.bfloat16)}
+    src = AccessPattern("hbm", "bf16", 0, ((1, 8),), partitions=4, tensor="w", partition_stride=8)
+    dst = AccessPattern("hbm", "bf16", 0, ((1, 8),), partitions=4, tensor="out", partition_stride=8)
+    prog.instructions = [Instruction("sp", "dma", {"dst": dst, "src": src}, {"queue": 0}, [], [], None)]
+    return prog
+
+
+@pytest.mark.parametrize("mode", ["inline", "external", "auto"])
+def test_neff_with_weights_outside(tmp_path, mode):
+    prog = _program_with_constants()
+    path = tmp_path / "p.neff"
+    neff.save(prog, path, weights=mode)
+    side = weights.side_path(path)
+    assert side.exists() == (mode == "external")  # auto: small constants stay inline
+    loaded = neff.load(path, verify_weights=True)
+    assert loaded.constants["w"].tobytes() == prog.constants["w"].tobytes()
+    np.testing.assert_array_equal(run_program(loaded, {}).outputs["out"], prog.constants["w"])
+    if mode == "external":
+        assert path.stat().st_size < 2048 < side.stat().st_size + 2048
+        with pytest.raises(NeffError, match="side file"):
+            neff.decode(path.read_bytes())
+        side.unlink()
+        with pytest.raises(NeffError, match="weights file of this .neff is missing"):
+            neff.load(path)
