@@ -47,14 +47,18 @@ def compile_module(module: Module, target: Target | str, *, options: BackendOpti
     access them (residency.Survey); the second keeps the ones the residency plan chose in SBUF.
 
     Raises hlo.errors.CompilationError naming the HLO instruction for anything the backend cannot
-    lower or fit.
+    lower or fit. ``timer`` times the phases: lowering (instruction selection, SBUF/PSUM allocation
+    and emission of the instructions happen together as each kernel is lowered), residency
+    planning, allocation (closing the live ranges), scheduling and emission (program and reports).
     """
     if isinstance(target, str):
         target = load_target(target)
     options = options or BackendOptions()
+    timer = timer or _Untimed()
     if options.keep_on_chip:
         survey = Survey()
-        first = _lower(module, target, options, survey=survey)
+        with timer.phase("lowering (survey)"):
+            first = _lower(module, target, options, survey=survey)
         survey.needs = [hi - lo for lo, hi in (k.sbuf for k in first.alloc.kernels)]
         survey.staged = first.alloc.staged
         survey.persistent_bytes = first.alloc.sbuf_bytes - first.alloc.persistent_top

@@ -28,7 +28,9 @@ from hlo.parser import parse_module
 from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
+from isa import weights as side_weights
 from isa.asm import print_program
+from isa.constants import isa_dtype_of
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator import Emulator, Profile, checks_level
 from isa.errors import InputError, IsaError
@@ -276,7 +278,8 @@ def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileO
         exe = compile_module(module, target_machine, options, stats)
         with stats.phase("cache store", "cache"):
             try:
-                cache.put(key, lambda folder: _write_entry(exe, folder))
+                entry = cache.put(key, lambda folder: _write_entry(exe, folder))
+                _map_entry_weights(exe.program, entry)
             except OSError as e:  # a full or read-only cache must not fail the compile
                 stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
                 log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
@@ -304,6 +307,20 @@ def _write_entry(exe: Executable, folder: Path) -> None:
     neff.save(exe.program, folder / _ENTRY_NEFF, weights="external")
     (folder / _ENTRY_JSON).write_text(json.dumps({"hlo": exe.hlo, "pass_timing": exe.pass_timing,
                                                   "reports": exe.reports}))
+
+
+def _map_entry_weights(program: Program, folder: Path) -> None:
+    """From now on the program's weights are the entry's read-only memory-mapped file (less memory;
+    saving the program to -o links that file instead of hashing and writing the weights again)."""
+    try:
+        stored = neff.read_weights_ref(folder / _ENTRY_NEFF)
+        if stored is None:
+            return
+        expected = {name: (isa_dtype_of(a).name, tuple(np.shape(a))) for name, a in program.constants.items()}
+        mapped = side_weights.read(folder / stored[0], stored[1], expected)
+    except (OSError, IsaError):
+        return  # keep the arrays in memory (e.g. another process stored this key with other weights)
+    program.constants = mapped
 
 
 def _read_entry(folder: Path) -> Executable | None:

@@ -132,25 +132,33 @@ def encode(program: Program, *, weights: dict[str, Any] | None = None) -> bytes:
     return bytes(out)
 
 
-def save(program: Program, path: str | os.PathLike, *, weights: str = "auto") -> None:
+def save(program: Program, path: str | os.PathLike, *, weights: str = "auto") -> str | None:
     """Write ``program`` to ``path`` atomically (a failure leaves no partial file).
 
     ``weights``: ``inline`` keeps the constants in the .neff; ``external`` writes them to the
     safetensors side file ``isa.weights.side_path(path)`` (memory-mapped when loaded; the .neff
-    records its name and id); ``auto`` is external above AUTO_EXTERNAL_BYTES of constants."""
+    records its name and id); ``auto`` is external above AUTO_EXTERNAL_BYTES of constants.
+    Returns the weights id when they went to the side file. Constants still mapped from a side file
+    (``isa.weights.read``) are linked or copied from it instead of written again."""
     if weights not in WEIGHTS_MODES:
         raise ProgramError(f"weights={weights!r} is not one of {', '.join(WEIGHTS_MODES)}")
     path = Path(path)
     nbytes = sum(np.asarray(a).nbytes for a in program.constants.values())
     if weights == "inline" or (weights == "auto" and nbytes <= AUTO_EXTERNAL_BYTES):
         write_atomic(path, encode(program))
-        return
+        return None
     for name, problem in constant_problems(program.tensors, program.constants):
         raise ProgramError(f"constant {name!r}: {problem}")
-    ident = side_weights.weights_id(program.constants)
     side = side_weights.side_path(path)
-    side_weights.write(side, program.constants, ident)
+    known = side_weights.known_file(program.constants)
+    if known is not None:
+        source, ident = known
+        side_weights.link_or_copy(source, side)
+    else:
+        ident = side_weights.weights_id(program.constants)
+        side_weights.write(side, program.constants, ident)
     write_atomic(path, encode(program, weights={"file": side.name, "id": ident}))
+    return ident
 
 
 class _StringTable:
@@ -257,6 +265,14 @@ def load(path: str | os.PathLike, *, verify_weights: bool = False) -> Program:
     except NeffError as e:
         message = str(e)
         raise NeffError(message if message.startswith(str(Path(path).parent)) else f"{path}: {e}") from None
+
+
+def read_weights_ref(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(side file name, weights id) of the .neff at ``path``, None when its weights are inline."""
+    data = Path(path).read_bytes()
+    sections = _check_container(data)
+    ref = _decode_header(sections[SECTION_HEADER]).get("weights")
+    return (str(ref["file"]), str(ref["id"])) if isinstance(ref, dict) else None
 
 
 def decode(data: bytes, *, weights_dir: str | os.PathLike | None = None, verify_weights: bool = False) -> Program:

@@ -15,8 +15,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import struct
 import tempfile
+from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -32,6 +34,40 @@ _HEADER_LENGTH = struct.Struct("<Q")
 # safetensors' header dtype codes -> the ISA dtype names of isa.dtypes
 FILE_DTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16", "F8_E4M3": "fp8e4", "F8_E5M2": "fp8e5",
                "I32": "i32", "I8": "i8"}
+
+
+# Side files read recently: id(constants dict) -> (the dict, id of each array, file, weights id). A
+# program whose constants are still exactly those read-only mapped arrays is saved by linking (or
+# copying) the file instead of hashing and writing its weights again (a cache hit saved to -o).
+_KNOWN: OrderedDict[int, tuple[Mapping[str, np.ndarray], dict[str, int], Path, str]] = OrderedDict()
+_KNOWN_MAX = 8
+
+
+def known_file(constants: Mapping[str, np.ndarray]) -> tuple[Path, str] | None:
+    """(side file, weights id) when ``constants`` are the unchanged arrays ``read`` mapped from it."""
+    entry = _KNOWN.get(id(constants))
+    if entry is None or entry[0] is not constants or entry[1] != {k: id(v) for k, v in constants.items()}:
+        return None
+    return (entry[2], entry[3]) if entry[2].exists() else None
+
+
+def link_or_copy(source: Path, path: str | os.PathLike) -> None:
+    """Make ``path`` a hard link to ``source`` (a copy across file systems), atomically."""
+    path = Path(path)
+    if path.exists() and path.samefile(source):
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    os.unlink(tmp)
+    try:
+        try:
+            os.link(source, tmp)
+        except OSError:
+            shutil.copyfile(source, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def side_path(neff_path: str | os.PathLike) -> Path:
@@ -120,4 +156,7 @@ def read(path: str | os.PathLike, ident: str, expected: Mapping[str, tuple[str, 
         constants[name] = data[base + start:base + end].view(DTYPES[dtype].numpy).reshape(shape)
     if verify and weights_id(constants) != ident:
         raise NeffError(f"{path}: the weights' data does not match its id (the file is damaged)")
+    _KNOWN[id(constants)] = (constants, {k: id(v) for k, v in constants.items()}, path.resolve(), ident)
+    while len(_KNOWN) > _KNOWN_MAX:
+        _KNOWN.popitem(last=False)
     return constants

@@ -37,6 +37,16 @@ def test_second_compile_is_a_cache_hit_with_the_same_program():
     assert len(CompileCache.default().entries()) == 1
 
 
+def test_saving_a_cached_program_links_its_weights(tmp_path):
+    model, example = _model()
+    exe = compiler.compile(model, example)
+    (entry,) = [path for _, _, path in CompileCache.default().entries()]
+    exe.save(tmp_path / "m.neff", weights="external")
+    assert weights.side_path(tmp_path / "m.neff").samefile(weights.side_path(entry / "program.neff"))
+    again = compiler.load(tmp_path / "m.neff")
+    np.testing.assert_array_equal(again.run(*example)[0], exe.run(*example)[0])
+
+
 def test_options_that_change_the_program_change_the_key_and_the_others_do_not(tmp_path):
     model, example = _model()
     compiler.compile(model, example)
