@@ -37,6 +37,8 @@ def _runs(ap: AccessPattern) -> tuple[np.ndarray, int]:
 
 
 def _runs_overlap(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> bool:
+    if len(a[0]) > len(b[0]):  # search the fewer runs in the more (symmetric; 32 lookups, not 16384)
+        a, b = b, a
     (sa, la), (sb, lb) = a, b
     if len(sa) == 1 and len(sb) == 1:  # one run each (most DMA of whole rows): no numpy needed
         a0, b0 = int(sa[0]), int(sb[0])

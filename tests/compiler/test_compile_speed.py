@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import torch
 import compiler
 from compiler.cache import CompileCache
 from compiler.cli import main
+from compiler.stats import Progress
 from isa import weights
 from tests.conftest import MLP
 
@@ -110,3 +112,25 @@ def test_executable_runs_at_every_checks_level_alike(checks):
     for _ in range(2):  # decoded once, then replayed
         np.testing.assert_array_equal(exe.run(*example, checks=checks)[0], reference)
     assert exe.profile(*example, checks=checks).time_us == exe.profile(*example).time_us
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_only_on_a_terminal_after_the_delay():
+    tty = _Tty()
+    quiet = Progress(stream=tty, delay_s=0.0, enabled=False)
+    quiet.update("fusion", 3)
+    assert tty.getvalue() == ""
+    early = Progress(stream=tty, delay_s=3600.0)
+    early.update("fusion", 3)
+    assert tty.getvalue() == ""
+    shown = Progress(stream=tty, delay_s=0.0)
+    shown.update("fusion", 3)
+    assert "compiling: fusion (phase 4)" in tty.getvalue()
+    shown.close()
+    pipe = io.StringIO()  # not a terminal: silent
+    Progress(stream=pipe, delay_s=0.0).update("fusion", 3)
+    assert pipe.getvalue() == ""
