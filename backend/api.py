@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -18,6 +21,18 @@ from isa.program import Program
 from isa.target import Target, load_target
 
 
+class PhaseTimer(Protocol):
+    """What times the backend's phases (the compiler's CompileStats): ``phase(name)`` wraps one."""
+
+    def phase(self, name: str) -> AbstractContextManager[None]: ...
+
+
+class _Untimed:
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        yield
+
+
 @dataclass
 class BackendResult:
     program: Program
@@ -25,21 +40,26 @@ class BackendResult:
     schedule: str  # per-engine streams with their semaphore waits
 
 
-def compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None) -> BackendResult:
+def compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None,
+                   timer: PhaseTimer | None = None) -> BackendResult:
     """Lower `module` (after the middle-end) to a program for `target`.
 
     Two lowering passes: the first writes every tensor between kernels to HBM and records how kernels
     access them (residency.Survey); the second keeps the ones the residency plan chose in SBUF.
 
     Raises hlo.errors.CompilationError naming the HLO instruction for anything the backend cannot
-    lower or fit.
+    lower or fit. ``timer`` times the phases: lowering (instruction selection, SBUF/PSUM allocation
+    and emission of the instructions happen together as each kernel is lowered), residency
+    planning, allocation (closing the live ranges), scheduling and emission (program and reports).
     """
     if isinstance(target, str):
         target = load_target(target)
     options = options or BackendOptions()
+    timer = timer or _Untimed()
     if options.keep_on_chip:
         survey = Survey()
-        first = _lower(module, target, options, survey=survey)
+        with timer.phase("lowering (survey)"):
+            first = _lower(module, target, options, survey=survey)
         survey.needs = [hi - lo for lo, hi in (k.sbuf for k in first.alloc.kernels)]
         survey.staged = first.alloc.staged
         survey.persistent_bytes = first.alloc.sbuf_bytes - first.alloc.persistent_top
@@ -47,27 +67,34 @@ def compile_module(module: Module, target: Target | str, *, options: BackendOpti
                    if t.kind == "scratch"}
         excluded: frozenset[str] = frozenset()
         while True:
-            images = plan_residency(survey, tensors, target.sbuf_partition_bytes, target.partitions, excluded)
+            with timer.phase("residency planning"):
+                images = plan_residency(survey, tensors, target.sbuf_partition_bytes, target.partitions, excluded)
             try:
-                builder = _lower(module, target, options, images=images)
+                with timer.phase("lowering"):
+                    builder = _lower(module, target, options, images=images)
                 break
             except ResidencyMismatch as mismatch:
                 excluded |= {mismatch.tensor}
     else:
-        builder = _lower(module, target, options)
+        with timer.phase("lowering"):
+            builder = _lower(module, target, options)
     program = builder.program
     for name in [n for n, t in program.tensors.items() if t.kind == "scratch" and n in builder.images]:
         del program.tensors[name]  # kept on chip: no HBM allocation
     ops = builder.ops
-    builder.alloc.finish(len(ops))
+    with timer.phase("allocation"):
+        builder.alloc.finish(len(ops))
     untracked = {n for n, t in program.tensors.items() if t.kind in ("input", "const")}
     n_queues = min(options.dma_queues, target.data["dma"]["queues"])
-    result = schedule(ops, builder.costs, untracked, n_queues, options.list_schedule)
-    program.instructions = [ops[i] for i in result.order]
-    program.origins = origin_table(module, (inst.origin for inst in program.instructions))
-    program.meta["useful_macs"] = builder.useful_macs
-    program.meta["peak_sbuf_bytes"] = builder.alloc.peak_sbuf_bytes() * target.partitions
-    return BackendResult(program, memory_plan(builder), result.text)
+    with timer.phase("scheduling"):
+        result = schedule(ops, builder.costs, untracked, n_queues, options.list_schedule)
+    with timer.phase("emission"):
+        program.instructions = [ops[i] for i in result.order]
+        program.origins = origin_table(module, (inst.origin for inst in program.instructions))
+        program.meta["useful_macs"] = builder.useful_macs
+        program.meta["peak_sbuf_bytes"] = builder.alloc.peak_sbuf_bytes() * target.partitions
+        plan = memory_plan(builder)
+    return BackendResult(program, plan, result.text)
 
 
 def _lower(module: Module, target: Target, options: BackendOptions, images: list[Image] | None = None,

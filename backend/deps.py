@@ -37,7 +37,14 @@ def _runs(ap: AccessPattern) -> tuple[np.ndarray, int]:
 
 
 def _runs_overlap(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> bool:
+    if len(a[0]) > len(b[0]):  # search the fewer runs in the more (symmetric; 32 lookups, not 16384)
+        a, b = b, a
     (sa, la), (sb, lb) = a, b
+    if len(sa) == 1 and len(sb) == 1:  # one run each (most DMA of whole rows): no numpy needed
+        a0, b0 = int(sa[0]), int(sb[0])
+        return a0 < b0 + lb and b0 < a0 + la
+    if a is b:
+        return len(sa) > 0
     idx = np.searchsorted(sb, sa + la, side="left") - 1
     ok = idx >= 0
     return bool(np.any(sb[idx[ok]] + lb > sa[ok]))

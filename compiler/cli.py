@@ -22,6 +22,7 @@ from hlo.errors import NeuroncError
 from isa import neff
 from isa.asm import load_asm_file, print_program, save_asm_file
 from isa.dtypes import dtype as isa_dtype
+from isa.emulator import CHECKS
 from isa.errors import InputError, IsaError
 
 EXIT_ERROR = 1  # bad input: the message says what and where
@@ -47,7 +48,12 @@ def _add_run_and_profile(sub: argparse._SubParsersAction) -> None:
         src.add_argument("--inputs", nargs="+", metavar="NPY", help="one .npy file per input, in order")
         src.add_argument("--random", action="store_true", help="random inputs (the default)")
         p.add_argument("--seed", type=_seed, default=0, help="seed of the --random inputs (>= 0)")
-        p.add_argument("--check", action="store_true", help="checked mode: races and uninitialized reads")
+        p.add_argument("--check", action="store_true", help="checked mode: races and uninitialized reads "
+                                                                "(the same as --checks full)")
+        p.add_argument("--checks", choices=CHECKS, default=None,
+                       help="off: no machine-rule checks (fastest; for programs the compiler produced); rules: "
+                            "every rule checked at decode (default); full: also races and uninitialized reads")
+        p.add_argument("--quiet", action="store_true", help="no progress bar")
         if name == "run":
             p.add_argument("--output", help="write the outputs to this .npz")
         else:
@@ -114,13 +120,19 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_torch()
     model, example_inputs = load_model_file(args.model, args.entry)
-    exe = driver.compile_options(model, example_inputs, options.from_arguments(args))
-    exe.save(output)
+    compile_options = options.from_arguments(args)
+    exe = driver.compile_options(model, example_inputs, compile_options)
+    exe.save(output, weights=compile_options.weights)
     program = exe.program
+    stats = exe.compile_stats
+    if stats is not None and stats.cache.startswith("hit") and not compile_options.quiet:
+        print(f"neuronc: compile cache {stats.cache}", file=sys.stderr)
     print(f"compiled {args.model} for {program.target}: {len(program.instructions)} instructions, "
           f"{len(program.inputs)} input(s), {len(program.outputs)} output(s) -> {output}")
     if args.timing:
         print(exe.pass_timing)
+    if args.time_passes and stats is not None:
+        print(stats.table())
     return 0
 
 
@@ -161,7 +173,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.output:
         check_writable(args.output, "--output")
     exe = driver.load(args.neff)
-    outputs = exe.run(*_inputs(exe, args), check=args.check, progress=True)
+    outputs = exe.run(*_inputs(exe, args), check=args.check, checks=args.checks, progress=not args.quiet)
     for name, value in zip(exe.program.outputs, outputs, strict=True):
         finite = value.astype(np.float64)
         print(f"{name}: {value.dtype}{list(value.shape)}  mean={finite.mean():.6g} "
@@ -180,7 +192,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if path:
             check_writable(path, what)
     exe = driver.load(args.neff)
-    prof = exe.profile(*_inputs(exe, args), check=args.check, progress=True)
+    prof = exe.profile(*_inputs(exe, args), check=args.check, checks=args.checks, progress=not args.quiet)
     print(prof.summary())
     print()
     print(prof.table(args.by, top=args.top, depth=args.depth))

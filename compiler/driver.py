@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,22 +16,28 @@ import numpy as np
 from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
+from compiler.cache import CompileCache, cache_key
 from compiler.options import CompileOptions, make_options
 from compiler.pipeline import build_pipeline
+from compiler.stats import CompileStats, Progress
 from frontend import import_model
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from hlo.io import load_hlo_file
 from hlo.ir import Module
 from hlo.parser import parse_module
-from hlo.printer import print_module
+from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
+from isa import weights as side_weights
 from isa.asm import print_program
+from isa.constants import isa_dtype_of
 from isa.dtypes import dtype as isa_dtype
-from isa.emulator import run_program
-from isa.errors import InputError
+from isa.emulator import Emulator, Profile, checks_level
+from isa.errors import InputError, IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
+
+log = logging.getLogger("neuronc")
 
 
 @dataclass
@@ -41,6 +48,9 @@ class Executable:
     hlo: str = ""
     pass_timing: str = ""
     reports: dict[str, str] = field(default_factory=dict)
+    compile_stats: CompileStats | None = None  # per-phase time and peak memory of the compile (None: loaded)
+    # decoded programs by checks level, reused by later runs (isa.emulator.Emulator)
+    _emulators: dict[str, tuple[tuple[int, ...], Emulator]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def asm(self) -> str:
@@ -70,14 +80,30 @@ class Executable:
             bound[name] = array
         return bound
 
-    def run(self, *inputs: Any, check: bool = False, progress: bool = False) -> list[np.ndarray]:
-        """Run on the emulator; returns the outputs in order as numpy arrays."""
-        result = run_program(self.program, self._bind(inputs), check=check, progress=progress)
+    def emulator(self, checks: str = "rules") -> Emulator:
+        """The program decoded for the emulator at ``checks`` level (off, rules, full), kept for later
+        runs: the first run schedules it, later ones replay its numerics (same results, bit for bit).
+        Decoded again when ``program`` was replaced or its instruction list changed length."""
+        stamp = (id(self.program), id(self.program.instructions), len(self.program.instructions),
+                 id(self.program.constants))
+        kept = self._emulators.get(checks)
+        if kept is None or kept[0] != stamp:
+            kept = self._emulators[checks] = (stamp, Emulator(self.program, checks=checks))
+        return kept[1]
+
+    def run(self, *inputs: Any, check: bool = False, progress: bool = False,
+            checks: str | None = None) -> list[np.ndarray]:
+        """Run on the emulator; returns the outputs in order as numpy arrays. ``checks``: see
+        ``isa.emulator.run_program`` (``check=True`` is ``checks="full"``)."""
+        level = checks_level(check, checks)
+        result = self.emulator(level).run(self._bind(inputs), progress=progress)
         return [result.outputs[name] for name in self.program.outputs]
 
-    def profile(self, *inputs: Any, check: bool = False, progress: bool = False):
+    def profile(self, *inputs: Any, check: bool = False, progress: bool = False,
+                checks: str | None = None) -> Profile:
         """Run with timing; returns the emulator's Profile."""
-        return run_program(self.program, self._bind(inputs), check=check, progress=progress).profile
+        level = checks_level(check, checks)
+        return self.emulator(level).run(self._bind(inputs), progress=progress).profile
 
     def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
         """Inputs drawn from N(0, 1) (integers from 0..9) with the program's shapes and dtypes."""
@@ -89,10 +115,15 @@ class Executable:
             result.append(values.astype(d.numpy))
         return result
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the .neff container (atomically)."""
+    def save(self, path: str | os.PathLike, *, weights: str = "auto") -> None:
+        """Write the .neff container (atomically); ``weights``: auto, inline or external (a safetensors
+        side file beside it, see isa.neff.save)."""
         self.program.meta["hlo"] = self.hlo
-        neff.save(self.program, os.fspath(path))
+        if self.compile_stats is not None:
+            with self.compile_stats.phase(".neff write", "output"):
+                neff.save(self.program, os.fspath(path), weights=weights)
+        else:
+            neff.save(self.program, os.fspath(path), weights=weights)
 
 
 def to_numpy(value: Any) -> np.ndarray:
@@ -223,24 +254,104 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
 
 def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions) -> Executable:
     """`compile` with the options already gathered (the CLI builds them from its flags)."""
-    target_machine = load_target(options.target)
-    module, text, source = _import_module(model, example_inputs, options, target_machine)
-    capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
-    _verify(module, text, source)
-    return compile_module(module, target_machine, options)
+    stats = CompileStats(progress=Progress(enabled=not options.quiet))
+    try:
+        target_machine = load_target(options.target)
+        with stats.phase("capture", "frontend"):
+            module, text, source = _import_module(model, example_inputs, options, target_machine)
+            capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
+            _verify(module, text, source)
+        cache = CompileCache.default() if options.cache and options.dump_dir is None else None
+        if cache is None:
+            stats.cache = "off"
+            return compile_module(module, target_machine, options, stats)
+        with stats.phase("cache lookup", "cache"):
+            key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
+            entry = cache.get(key)
+            exe = _read_entry(entry) if entry is not None else None
+        if exe is not None:
+            stats.cache = f"hit {key[:16]} ({entry})"
+            log.info("neuronc: compile cache hit %s (%s)", key[:16], entry)
+            exe.compile_stats = stats
+            return exe
+        stats.cache = f"miss {key[:16]}, stored in {cache.entry(key)}"
+        exe = compile_module(module, target_machine, options, stats)
+        with stats.phase("cache store", "cache"):
+            try:
+                entry = cache.put(key, lambda folder: _write_entry(exe, folder))
+                _map_entry_weights(exe.program, entry)
+            except OSError as e:  # a full or read-only cache must not fail the compile
+                stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
+                log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
+        log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
+        return exe
+    finally:
+        if stats.progress:
+            stats.progress.close()
 
 
-def compile_module(module: Module, target_machine: Any, options: CompileOptions) -> Executable:
+def _large_constants(module: Module) -> Iterator[np.ndarray]:
+    """The data of the constants the HLO text elides (the cache key hashes it)."""
+    for computation in module.computations:
+        for inst in computation.instructions:
+            if is_elided(inst) and inst.literal is not None:
+                yield inst.literal
+
+
+_ENTRY_NEFF, _ENTRY_JSON = "program.neff", "executable.json"
+
+
+def _write_entry(exe: Executable, folder: Path) -> None:
+    """A cache entry: the program (weights in a side file, memory-mapped when read back) and the
+    Executable's texts as JSON (no pickle)."""
+    neff.save(exe.program, folder / _ENTRY_NEFF, weights="external")
+    (folder / _ENTRY_JSON).write_text(json.dumps({"hlo": exe.hlo, "pass_timing": exe.pass_timing,
+                                                  "reports": exe.reports}))
+
+
+def _map_entry_weights(program: Program, folder: Path) -> None:
+    """From now on the program's weights are the entry's read-only memory-mapped file (less memory;
+    saving the program to -o links that file instead of hashing and writing the weights again)."""
+    try:
+        stored = neff.read_weights_ref(folder / _ENTRY_NEFF)
+        if stored is None:
+            return
+        expected = {name: (isa_dtype_of(a).name, tuple(np.shape(a))) for name, a in program.constants.items()}
+        mapped = side_weights.read(folder / stored[0], stored[1], expected)
+    except (OSError, IsaError):
+        return  # keep the arrays in memory (e.g. another process stored this key with other weights)
+    program.constants = mapped
+
+
+def _read_entry(folder: Path) -> Executable | None:
+    """The Executable of a cache entry, or None when it cannot be read (then compiled again)."""
+    try:
+        program = neff.load(folder / _ENTRY_NEFF)
+        texts = json.loads((folder / _ENTRY_JSON).read_text())
+        return Executable(program=program, hlo=str(texts["hlo"]), pass_timing=str(texts["pass_timing"]),
+                          reports={str(k): str(v) for k, v in texts["reports"].items()})
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IsaError) as e:
+        log.warning("neuronc: compile cache entry %s unreadable (%s); compiling again", folder, e)
+        return None
+
+
+def compile_module(module: Module, target_machine: Any, options: CompileOptions,
+                   stats: CompileStats | None = None) -> Executable:
     """Run the pass pipeline and the backend on an HLO module."""
+    stats = stats or CompileStats()
     verify_module(module)
     capacity.check_module(module, target_machine)
     pipeline = build_pipeline(options.opt_level, options)
+    if stats.progress:
+        pipeline.progress = lambda name: stats.progress.update(name, len(stats.phases) + len(pipeline.runs))
     pipeline.run(module)
+    for run in pipeline.runs:
+        stats.add(run.name, run.seconds, run.peak_bytes, "pass")
     result = backend_compile(module, target_machine,
-                             options=BackendOptions(list_schedule=options.scheduler == "list"))
+                             options=BackendOptions(list_schedule=options.scheduler == "list"), timer=stats)
     capacity.check_program(result.program, target_machine)
     exe = Executable(program=result.program, hlo=print_module(module),
-                     pass_timing=pipeline.timing_report(),
+                     pass_timing=pipeline.timing_report(), compile_stats=stats,
                      reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})
     if options.dump_dir:
         out = Path(options.dump_dir)

@@ -22,6 +22,7 @@ AUTO_CAST_TYPES = ("bf16", "fp8_e4m3")
 FUSION_STRATEGIES = ("greedy", "cost", "none")
 SCHEDULERS = ("list", "inorder")
 CAPTURES = ("export", "fx")
+WEIGHTS_MODES = ("auto", "inline", "external")  # as isa.neff.WEIGHTS_MODES
 
 
 class PassOptionError(NeuroncError, ValueError):
@@ -58,6 +59,18 @@ class CompileOptions:
     disabled_passes: tuple[str, ...] = _option((), "skip this pass (by name; repeatable)", flag="--disable-pass",
                                                repeat="NAME")
     timing: bool = _option(False, "print the time each pass took")
+    time_passes: bool = _option(False, "print wall time and peak memory of every phase: capture, each pass, each "
+                                       "backend phase, the cache, the .neff write")
+    cache: bool = _option(True, "do not use the compile cache ($NEURONC_CACHE_DIR or ~/.cache/neuronc)",
+                          flag="--no-cache")
+    weights: str = _option("auto", "where the .neff's weights go: a safetensors side file beside it (external), "
+                                   "inside it (inline), or external above 16 MiB (auto)",
+                           choices=WEIGHTS_MODES)
+    quiet: bool = _option(False, "no progress line on the terminal")
+
+    # options that change the compiled program (the compile cache's key); the rest steer output only
+    SEMANTIC = ("target", "opt_level", "auto_cast", "auto_cast_type", "fusion", "scheduler", "capture",
+                "disabled_passes")
 
     def __post_init__(self) -> None:
         self.disabled_passes = tuple(self.disabled_passes)
@@ -77,6 +90,10 @@ class CompileOptions:
                 re.compile(self.dump_pass_re)
             except re.error as e:
                 raise PassOptionError(f"--dump-pass-re {self.dump_pass_re!r} is not a valid regex: {e}") from e
+
+    def semantic(self) -> dict[str, Any]:
+        """The options that change the compiled program, by name (part of the compile cache's key)."""
+        return {name: getattr(self, name) for name in self.SEMANTIC}
 
     def replace(self, **changes: Any) -> CompileOptions:
         """A copy with some fields changed (validated like any CompileOptions)."""
@@ -111,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             help_text += f" ({', '.join(map(str, meta['choices']))}; default {f.default})"
         kwargs: dict[str, Any] = {"dest": f.name, "help": help_text}
         if f.type in ("bool", bool):
-            kwargs["action"] = "store_true"
+            kwargs["action"] = "store_false" if f.default else "store_true"
         elif meta.get("repeat"):
             kwargs.update(action="append", default=[], metavar=meta["repeat"])
         else:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from compiler.dump import HloDumper
@@ -29,6 +29,7 @@ from compiler.passes.simplify.canonicalize import Canonicalize
 from compiler.passes.simplify.constant_folding import ConstantFolding
 from compiler.passes.simplify.cse import CommonSubexpressionElimination
 from compiler.passes.simplify.dce import DeadCodeElimination
+from compiler.stats import peak_rss_bytes, reset_peak
 from hlo.errors import CompilationError, NeuroncError, VerificationError
 from hlo.ir import Module
 from hlo.verifier import verify_module
@@ -60,6 +61,7 @@ class PassRun:
     iteration: int
     seconds: float
     changed: bool
+    peak_bytes: int = 0  # resident-memory high-water mark during the run (compiler.stats)
 
 
 class PassPipeline:
@@ -83,6 +85,7 @@ class PassPipeline:
                 f"known passes: {', '.join(sorted(known))}")
         self._dump_re = re.compile(self.options.dump_pass_re) if self.options.dump_pass_re else None
         self._dumper: HloDumper | None = None
+        self.progress: Callable[[str], None] | None = None  # told the name of each pass as it starts
 
     # -- introspection -------------------------------------------------------------------------------------
     def pass_names(self) -> set[str]:
@@ -145,6 +148,9 @@ class PassPipeline:
         return changed
 
     def _run_one(self, module: Module, p: HloPass, group: str | None, iteration: int) -> bool:
+        if self.progress is not None:
+            self.progress(p.name)
+        reset_peak()
         start = time.perf_counter()
         try:
             changed = bool(p.run(module))
@@ -153,7 +159,7 @@ class PassPipeline:
         except Exception as e:  # a bug in a pass: name the pass, keep the cause for --verbose
             raise CompilationError(f"pass {p.name} failed on module {module.name}: "
                                    f"{type(e).__name__}: {e}") from e
-        self.runs.append(PassRun(p.name, group, iteration, time.perf_counter() - start, changed))
+        self.runs.append(PassRun(p.name, group, iteration, time.perf_counter() - start, changed, peak_rss_bytes()))
         if isinstance(p, RecordsDecisions):
             self.decision_lines.extend(p.decision_lines())
         if self._dumper is not None and self._should_dump(p.name, changed):

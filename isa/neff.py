@@ -4,7 +4,7 @@ Layout (every integer little-endian)::
 
     offset 0   magic        4 bytes  b"NEFF"
            4   version      u16      FORMAT_VERSION (3; version 2 is still read)
-           6   flags        u16      0 (no flag is defined yet; others are rejected)
+           6   flags        u16      bit 0: external weights (below); other bits are rejected
            8   sections     u32      entries in the section table
           12   length       u64      total file length in bytes, checksum included
           20   section table         per section: kind u32, offset u64, length u64
@@ -33,6 +33,11 @@ Sections (kind: content), each exactly once:
                 u16 wait count, waits x (u32 semaphore, u32 value); u16 signal count, u32 each.
 4 constants     the raw little-endian C-order bytes of each constant array.
 
+External weights (flag bit 0; ``save(..., weights="external")``, or ``auto`` above 16 MiB): the
+constants section is empty, the header's ``constants`` is ``[]`` and its ``weights`` is ``{file,
+id, tensors: [[name, dtype, shape], ...]}``: the safetensors side file beside the .neff
+(``isa.weights``), memory-mapped at load; ``id`` (SHA-256 of the constants) must match the file's.
+
 What the container keeps: everything in a Program except ``Instruction.line`` (a position in a
 .s text; decoded as None) and ``Program.constants_file`` (a text-form detail). Instruction comments
 are kept (``neuronc disasm`` shows them). Absent attributes are written as their defaults, as in the
@@ -55,6 +60,7 @@ from typing import Any
 
 import numpy as np
 
+from isa import weights as side_weights
 from isa.constants import constant_problems, isa_dtype_of, write_atomic
 from isa.dtypes import DTYPE_BY_CODE, DTYPES
 from isa.errors import NeffError, ProgramError
@@ -78,6 +84,10 @@ SECTION_HEADER, SECTION_STRINGS, SECTION_INSTRUCTIONS, SECTION_CONSTANTS = 1, 2,
 SECTION_NAMES = {SECTION_HEADER: "header", SECTION_STRINGS: "strings",
                  SECTION_INSTRUCTIONS: "instructions", SECTION_CONSTANTS: "constants"}
 
+FLAG_EXTERNAL_WEIGHTS = 1  # the constants live in a safetensors side file (isa.weights), not in section 4
+WEIGHTS_MODES = ("auto", "inline", "external")
+AUTO_EXTERNAL_BYTES = 16 << 20  # weights="auto": constants above this size go to the side file
+
 _FILE_HEADER = struct.Struct("<4sHHIQ")
 _SECTION_ENTRY = struct.Struct("<IQQ")
 _CHECKSUM_BYTES = hashlib.sha256().digest_size
@@ -93,8 +103,9 @@ _CHOICE, _STRING = _U16, _U32
 
 # ------------------------------------------------------------------------------------------ encode
 
-def encode(program: Program) -> bytes:
-    """The .neff bytes of ``program``. Raises ProgramError for what the container cannot hold."""
+def encode(program: Program, *, weights: dict[str, Any] | None = None) -> bytes:
+    """The .neff bytes of ``program``. Raises ProgramError for what the container cannot hold.
+    ``weights`` (``{"file", "id"}``): the constants are in that side file, not in the container."""
     strings = _StringTable()
     tensor_index = {name: i for i, name in enumerate(program.tensors)}
     instructions = bytearray(_U32.pack(len(program.instructions)))
@@ -105,7 +116,10 @@ def encode(program: Program) -> bytes:
             problem = f"a value is out of the range of its binary field ({e})" if isinstance(
                 e, struct.error) else e.args[0] if e.args else str(e)
             raise ProgramError(f"instruction {number} ({instr.engine}.{instr.opcode}): {problem}") from None
-    constants, constant_entries = _encode_constants(program)
+    if weights is None:
+        constants, constant_entries = _encode_constants(program)
+    else:
+        constants, constant_entries = b"", []
     header = {
         "target": program.target,
         "tensors": [[d.name, d.kind, d.dtype, list(d.shape)] for d in program.tensors.values()],
@@ -115,11 +129,15 @@ def encode(program: Program) -> bytes:
         "constants": constant_entries,
         "origins": {name: _origin_entry(name, origin) for name, origin in program.origins.items()},
     }
+    if weights is not None:
+        header["weights"] = {**weights, "tensors": [[name, isa_dtype_of(a).name, list(np.shape(a))]
+                                                    for name, a in program.constants.items()]}
     sections = [(SECTION_HEADER, json.dumps(header).encode()), (SECTION_STRINGS, strings.encode()),
                 (SECTION_INSTRUCTIONS, bytes(instructions)), (SECTION_CONSTANTS, constants)]
     offset = _FILE_HEADER.size + _SECTION_ENTRY.size * len(sections)
     length = offset + sum(len(body) for _, body in sections) + _CHECKSUM_BYTES
-    out = bytearray(_FILE_HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(sections), length))
+    flags = 0 if weights is None else FLAG_EXTERNAL_WEIGHTS
+    out = bytearray(_FILE_HEADER.pack(MAGIC, FORMAT_VERSION, flags, len(sections), length))
     for kind, body in sections:
         out += _SECTION_ENTRY.pack(kind, offset, len(body))
         offset += len(body)
@@ -129,9 +147,33 @@ def encode(program: Program) -> bytes:
     return bytes(out)
 
 
-def save(program: Program, path: str | os.PathLike) -> None:
-    """Write ``program`` to ``path`` atomically (a failure leaves no partial file)."""
-    write_atomic(Path(path), encode(program))
+def save(program: Program, path: str | os.PathLike, *, weights: str = "auto") -> str | None:
+    """Write ``program`` to ``path`` atomically (a failure leaves no partial file).
+
+    ``weights``: ``inline`` keeps the constants in the .neff; ``external`` writes them to the
+    safetensors side file ``isa.weights.side_path(path)`` (memory-mapped when loaded; the .neff
+    records its name and id); ``auto`` is external above AUTO_EXTERNAL_BYTES of constants.
+    Returns the weights id when they went to the side file. Constants still mapped from a side file
+    (``isa.weights.read``) are linked or copied from it instead of written again."""
+    if weights not in WEIGHTS_MODES:
+        raise ProgramError(f"weights={weights!r} is not one of {', '.join(WEIGHTS_MODES)}")
+    path = Path(path)
+    nbytes = sum(np.asarray(a).nbytes for a in program.constants.values())
+    if weights == "inline" or (weights == "auto" and nbytes <= AUTO_EXTERNAL_BYTES):
+        write_atomic(path, encode(program))
+        return None
+    for name, problem in constant_problems(program.tensors, program.constants):
+        raise ProgramError(f"constant {name!r}: {problem}")
+    side = side_weights.side_path(path)
+    known = side_weights.known_file(program.constants)
+    if known is not None:
+        source, ident = known
+        side_weights.link_or_copy(source, side)
+    else:
+        ident = side_weights.weights_id(program.constants)
+        side_weights.write(side, program.constants, ident)
+    write_atomic(path, encode(program, weights={"file": side.name, "id": ident}))
+    return ident
 
 
 class _StringTable:
@@ -239,23 +281,37 @@ def _meta_value(key: str, value: object) -> int | float | str:
 
 # ------------------------------------------------------------------------------------------ decode
 
-def load(path: str | os.PathLike) -> Program:
-    """Read a .neff file; NeffError messages start with the path."""
+def load(path: str | os.PathLike, *, verify_weights: bool = False) -> Program:
+    """Read a .neff file (and map its weights side file, if it has one; ``verify_weights`` hashes
+    the weights again); NeffError messages start with the path."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:
         raise NeffError(f"{path}: cannot read: {e.strerror}") from None
     try:
-        return decode(data)
+        return decode(data, weights_dir=Path(path).parent, verify_weights=verify_weights)
     except NeffError as e:
-        raise NeffError(f"{path}: {e}") from None
+        message = str(e)
+        raise NeffError(message if message.startswith(str(Path(path).parent)) else f"{path}: {e}") from None
 
 
-def decode(data: bytes) -> Program:
-    """The Program in .neff bytes. Raises NeffError for a foreign, truncated, corrupt or newer file."""
+def read_weights_ref(path: str | os.PathLike) -> tuple[str, str] | None:
+    """(side file name, weights id) of the .neff at ``path``, None when its weights are inline."""
+    data = Path(path).read_bytes()
+    version, sections = _check_container(data)
+    ref = _decode_header(sections[SECTION_HEADER], version).get("weights")
+    return (str(ref["file"]), str(ref["id"])) if isinstance(ref, dict) else None
+
+
+def decode(data: bytes, *, weights_dir: str | os.PathLike | None = None, verify_weights: bool = False) -> Program:
+    """The Program in .neff bytes. Raises NeffError for a foreign, truncated, corrupt or newer file.
+    ``weights_dir``: where the weights side file of a .neff without inlined weights is."""
     data = bytes(data)
     version, sections = _check_container(data)
     header = _decode_header(sections[SECTION_HEADER], version)
+    external = bool(_FILE_HEADER.unpack_from(data)[2] & FLAG_EXTERNAL_WEIGHTS)
+    if external != isinstance(header.get("weights"), dict):
+        raise _malformed("header", "the external-weights flag and the header's 'weights' disagree")
     strings = _decode_strings(sections[SECTION_STRINGS])
     program = Program(header["target"], inputs=header["inputs"], outputs=header["outputs"],
                       meta=header["meta"], origins=_decode_origins(header.get("origins", {})))
@@ -263,7 +319,18 @@ def decode(data: bytes) -> Program:
         program.tensors[name] = TensorDecl(name, kind, dtype, tuple(shape))
     program.instructions = _decode_instructions(sections[SECTION_INSTRUCTIONS], list(program.tensors),
                                                 strings, version)
-    program.constants = _decode_constants(sections[SECTION_CONSTANTS], header["constants"])
+    if not external:
+        program.constants = _decode_constants(sections[SECTION_CONSTANTS], header["constants"])
+        return program
+    if weights_dir is None:
+        raise NeffError("this .neff keeps its weights in a side file: load it from its path (isa.neff.load)")
+    ref = header["weights"]
+    try:
+        expected = {name: (dtype, tuple(shape)) for name, dtype, shape in ref["tensors"]}
+        file, ident = Path(weights_dir) / ref["file"], str(ref["id"])
+    except (KeyError, TypeError, ValueError):
+        raise _malformed("header", "bad 'weights' entry") from None
+    program.constants = side_weights.read(file, ident, expected, verify=verify_weights)
     return program
 
 
@@ -290,8 +357,9 @@ def _check_container(data: bytes) -> tuple[int, dict[int, bytes]]:
     if stored != computed:
         raise NeffError(f"checksum mismatch: the .neff file is corrupted (stored SHA-256 "
                         f"{stored.hex()[:16]}..., computed {computed.hex()[:16]}...)")
-    if flags != 0:
-        raise NeffError(f"unsupported .neff flags {flags:#06x} (this neuronc defines none)")
+    if flags & ~FLAG_EXTERNAL_WEIGHTS:
+        raise NeffError(f"unsupported .neff flags {flags:#06x} (this neuronc defines only "
+                        f"{FLAG_EXTERNAL_WEIGHTS:#06x}, external weights)")
     table_end = _FILE_HEADER.size + _SECTION_ENTRY.size * count
     if table_end > body_end:
         raise NeffError(f"malformed section table: {count} sections do not fit in {length} bytes")

@@ -38,3 +38,10 @@ class MLP(nn.Module):
 def _seed():
     torch.manual_seed(0)
     np.random.seed(0)
+
+
+@pytest.fixture(autouse=True)
+def _compile_cache(tmp_path_factory, monkeypatch):
+    """Every test gets its own empty compile cache in a temporary folder: tests never touch the user's
+    ~/.cache/neuronc, and no test is served a program another test compiled (some patch the compiler)."""
+    monkeypatch.setenv("NEURONC_CACHE_DIR", str(tmp_path_factory.mktemp("neuronc-cache")))

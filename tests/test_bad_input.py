@@ -432,7 +432,7 @@ def test_failure_while_writing_the_neff_keeps_the_old_one(tmp_path, capsys, monk
     out = tmp_path / "x.neff"
     out.write_bytes(b"the previous build")
 
-    def broken_encode(program):
+    def broken_encode(program, **kwargs):
         raise ProgramError("instruction 2 (act.activation): cannot be encoded")
 
     monkeypatch.setattr(neff, "encode", broken_encode)

@@ -2,6 +2,11 @@
 
 Each ``Op`` carries a ``run`` closure over pre-built numpy views (``isa.emulator.kernels``), so
 executing an instruction is a handful of numpy calls with no per-instruction lookups.
+
+``rules=False`` (``--checks off``) skips the machine-rule checks of ``isa.emulator.rules`` and keeps
+only the structural ones (known engine, opcode and operands): for programs the compiler produced,
+whose rules were checked when they were first run or tested; a broken program then fails with
+whatever numpy says instead of a RuleViolation.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ from isa.emulator.kernels import BUILDERS, Ctx, EngineState, Runner
 from isa.emulator.memory import Memory
 from isa.emulator.rules import RuleChecker, describe, free_size
 from isa.emulator.timing import COSTS, dependent_extra, dma_effective_bytes
-from isa.program import AccessPattern, Instruction, Program
+from isa.errors import ProgramError
+from isa.instructions import OPCODES, OpcodeSpec
+from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
 
@@ -41,18 +48,38 @@ class Op:
     is_load: bool = False  # load_stationary: may overlap the previous PE instruction
 
 
-def decode_program(program: Program, target: Target, memory: Memory) -> list[Op]:
-    """Check every instruction's rules and build its ``Op`` (views over ``memory``)."""
-    rules = RuleChecker(program, target)
-    state = EngineState(target.partitions)
+def _structure(index: int, inst: Instruction) -> OpcodeSpec:
+    """The structural checks kept when the machine rules are off: engine, opcode, operands."""
+    spec = OPCODES.get(inst.opcode)
+    if inst.engine not in ENGINES or spec is None:
+        raise ProgramError(f"{describe(index, inst)}: unknown engine or opcode")
+    names = {o.name for o in spec.operands}
+    if not names.issuperset(inst.operands) or any(not o.optional and o.name not in inst.operands
+                                                  for o in spec.operands):
+        raise ProgramError(f"{describe(index, inst)}: operands {', '.join(inst.operands)} do not match "
+                           f"{spec.name}'s ({', '.join(names)})")
+    return spec
+
+
+def decode_program(program: Program, target: Target, memory: Memory, *, rules: bool = True,
+                   state: EngineState | None = None) -> list[Op]:
+    """Check every instruction's rules (unless ``rules=False``) and build its ``Op`` (views over
+    ``memory``; engine state in ``state``, a fresh one when not given)."""
+    checker = RuleChecker(program, target) if rules else None
+    state = state or EngineState(target.partitions)
     stationary_k = 0
     previous: dict[str, Instruction] = {}  # the last instruction of each engine so far
+    access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
+                                         for name, spec in OPCODES.items()}
+    view = memory.view
     ops: list[Op] = []
     for index, inst in enumerate(program.instructions):
-        spec = rules.check(index, inst)
-        views = {name: memory.view(ap) for name, ap in inst.operands.items()}
-        reads = tuple(ap for name, ap in inst.operands.items() if spec.operand(name).access == "r")
-        writes = tuple(ap for name, ap in inst.operands.items() if spec.operand(name).access == "w")
+        spec = checker.check(index, inst) if checker else _structure(index, inst)
+        operands = inst.operands
+        kinds = access[inst.opcode]
+        views = {name: view(ap) for name, ap in operands.items()}
+        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r")
+        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w")
         duration = COSTS[spec.cost](target, inst) + dependent_extra(target, inst, previous.get(inst.engine))
         previous[inst.engine] = inst
         op = Op(index=index, inst=inst, engine=inst.engine, opcode=inst.opcode,

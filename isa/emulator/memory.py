@@ -4,6 +4,11 @@ SBUF and PSUM are ``[partitions, bytes_per_partition]`` uint8 arrays; HBM is one
 ``TensorDecl``. An ``AccessPattern`` becomes a strided numpy *view* of shape
 ``(partitions, *free_shape)`` typed with the pattern's dtype, so instructions read and write memory
 without per-element Python.
+
+Constants no instruction writes are not copied: their HBM buffer *is* the constant's bytes (a
+read-only view, e.g. of a memory-mapped weights file). A ``Memory`` is reused by later runs of the
+same decoded program (the views of its decoded instructions stay valid): ``reset`` zeroes what a
+run may have changed and restores the constants the program writes.
 """
 
 from __future__ import annotations
@@ -14,8 +19,24 @@ import numpy as np
 
 from isa.dtypes import dtype as lookup_dtype
 from isa.errors import InputError, ProgramError
+from isa.instructions import OPCODES
 from isa.program import AccessPattern, Program
 from isa.target import Target
+
+
+def written_tensors(program: Program) -> frozenset[str]:
+    """The HBM tensors some instruction writes (an operand of write access on ``hbm``)."""
+    written = set()
+    for inst in program.instructions:
+        spec = OPCODES.get(inst.opcode)
+        if spec is None:
+            continue  # an unknown opcode is the decoder's error
+        for o in spec.operands:
+            if o.access == "w":
+                ap = inst.operands.get(o.name)
+                if ap is not None and ap.memory == "hbm":
+                    written.add(ap.tensor)
+    return frozenset(written)
 
 
 class Memory:
@@ -25,11 +46,38 @@ class Memory:
         parts = target.partitions
         self.sbuf = np.zeros((parts, target.sbuf_partition_bytes), dtype=np.uint8)
         self.psum = np.zeros((parts, target.psum_partition_bytes), dtype=np.uint8)
-        self.hbm: dict[str, np.ndarray] = {
-            name: np.zeros(decl.nbytes, dtype=np.uint8) for name, decl in program.tensors.items()
-        }
         self.program = program
+        written = written_tensors(program)
+        self.hbm: dict[str, np.ndarray] = {}
+        self.shared: set[str] = set()  # constants whose buffer is the constant's own bytes
+        for name, decl in program.tensors.items():
+            if decl.kind == "const" and name not in written:
+                self.hbm[name] = self._constant_bytes(name)
+                self.shared.add(name)
+            else:
+                self.hbm[name] = np.zeros(decl.nbytes, dtype=np.uint8)
         self.views: dict[AccessPattern, np.ndarray] = {}  # one view per distinct pattern
+        self.used = False  # a run has touched the buffers since they were zeroed
+
+    def _constant_bytes(self, name: str) -> np.ndarray:
+        """The bytes of constant ``name`` without a copy when its array is C-contiguous."""
+        if name not in self.program.constants:
+            raise ProgramError(f"constant tensor {name!r} has no data in program.constants")
+        value = np.asarray(self.program.constants[name])
+        self._check(name, value, ProgramError, "constant")
+        return np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+
+    def reset(self) -> None:
+        """Zero SBUF, PSUM and every HBM tensor a run may have written (constants are restored
+        by ``load_inputs``), so a reused Memory starts as a fresh one."""
+        if not self.used:
+            return
+        self.sbuf.fill(0)
+        self.psum.fill(0)
+        for name, buffer in self.hbm.items():
+            if name not in self.shared:
+                buffer.fill(0)
+        self.used = False
 
     def on_chip(self, memory: str) -> np.ndarray:
         return self.sbuf if memory == "sbuf" else self.psum
@@ -72,18 +120,21 @@ class Memory:
                                  f"{', '.join(program.inputs)}")
             self._fill(name, np.asarray(inputs[name]), InputError, "input")
         for name, decl in program.tensors.items():
-            if decl.kind != "const":
+            if decl.kind != "const" or name in self.shared:
                 continue
             if name not in program.constants:
                 raise ProgramError(f"constant tensor {name!r} has no data in program.constants")
             self._fill(name, np.asarray(program.constants[name]), ProgramError, "constant")
 
-    def _fill(self, name: str, value: np.ndarray, error: type[Exception], what: str) -> None:
+    def _check(self, name: str, value: np.ndarray, error: type[Exception], what: str) -> None:
         decl = self.program.tensors[name]
         want = lookup_dtype(decl.dtype).numpy
         if value.shape != tuple(decl.shape) or value.dtype != want:
             raise error(f"{what} {name!r}: expected {decl.dtype}{list(decl.shape)} "
                         f"(numpy {want}), given {value.dtype}{list(value.shape)}")
+
+    def _fill(self, name: str, value: np.ndarray, error: type[Exception], what: str) -> None:
+        self._check(name, value, error, what)
         self.hbm[name][:] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
 
     def read_tensor(self, name: str) -> np.ndarray:

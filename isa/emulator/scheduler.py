@@ -100,6 +100,9 @@ class Scheduler:
         self.observer = observer
         self.progress = progress
         self.started = 0
+        # the numerics in the order they ran: a later run of the same program replays them
+        # (timing does not depend on data, so neither does this order)
+        self.executed: list[Callable[[], None]] = []
         nan = float("nan")
         self.timeline = Timeline([nan] * len(ops), [nan] * len(ops))
         self.handlers = {START: self._start, DONE: self._done, DMA_READY: self._dma_ready,
@@ -161,6 +164,7 @@ class Scheduler:
                 self.observer.on_stream_end(stream.name)
         if op.queue < 0:  # dma moves its data when the transfer starts
             op.run()
+            self.executed.append(op.run)
         self._push(end, DONE, op, op.index)
         self.started += 1
         if self.progress and not self.started & 1023:
@@ -200,6 +204,7 @@ class Scheduler:
         if self.observer:
             self.observer.on_transfer(op)
         op.run()
+        self.executed.append(op.run)
         hbm = bool(op.hbm_read or op.hbm_write)
         self.active.append(Transfer(op, op.transfer_bytes, hbm))
 

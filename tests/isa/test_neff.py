@@ -160,7 +160,9 @@ def test_future_version_and_unknown_flags() -> None:
         with pytest.raises(NeffError, match=rf"unsupported .neff format version {version} \(this neuronc reads "
                                             r"versions 2, 3\); compile the model again"):
             neff.decode(_join(sections, version=version))
-    with pytest.raises(NeffError, match="unsupported .neff flags 0x0001"):
+    with pytest.raises(NeffError, match="unsupported .neff flags 0x0002"):
+        neff.decode(_join(sections, flags=2))
+    with pytest.raises(NeffError, match="external-weights flag and the header's 'weights' disagree"):
         neff.decode(_join(sections, flags=1))
     with pytest.raises(NeffError, match="3 unexpected bytes after its end"):
         neff.decode(_join(sections) + b"abc")

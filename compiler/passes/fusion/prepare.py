@@ -21,6 +21,18 @@ from hlo.opcodes import is_elementwise
 BATCH, LHS, RHS = 0, 1, 2  # output dim groups of a dot, in output order
 # values whose converts are not merged after them (views and converts themselves; parameters and constants,
 # which the backend converts as it reads them)
+class _Users(dict):
+    """``comp.users()``, kept while the computation is unchanged: ``fresh()`` computes it again when
+    instructions were added or removed since, or when the caller marked it ``stale`` (a rewrite)."""
+
+    def __init__(self, comp: Computation) -> None:
+        super().__init__(comp.users())
+        self.comp, self.count, self.stale = comp, len(comp.instructions), False
+
+    def fresh(self) -> _Users:
+        return self if not self.stale and len(self.comp.instructions) == self.count else _Users(self.comp)
+
+
 _NOT_HOISTED = ("reshape", "bitcast", "transpose", "slice", "convert", "parameter", "constant", "tuple",
                 "get-tuple-element", "broadcast")
 
@@ -109,8 +121,9 @@ class DotReshapeSinking:
         once, right after it: the convert joins the producer's fusion (a dot's epilogue, the softmax
         before attention's second dot) and the views carry the narrow type."""
         changed = False
+        users = _Users(self.comp)  # the users map, recomputed only after the computation changed
         for dot in [i for i in self.comp.instructions if i.opcode not in _NOT_HOISTED]:
-            users = self.comp.users()
+            users = users.fresh()
             if dot.opcode == "dot" and any(u.opcode in ("reshape", "bitcast")
                                            and _new_groups(dot, tuple(u.shape.dims)) is not None for u in users[dot]):
                 continue  # the reshape sinks into the dot first (_sink_all), the convert follows it then
@@ -131,6 +144,7 @@ class DotReshapeSinking:
                 self.comp.remove(c)
             self.notes.append(f"NOTE    converts of %{dot.name}'s uses to {dtype} merged into one after it")
             changed = True
+            users.stale = True
         return changed
 
     def _view_tree(self, root: Instruction, users: dict[Instruction, list[Instruction]]
@@ -181,11 +195,12 @@ class DotReshapeSinking:
         """reshape(op(x, broadcast(b)...)) -> op(reshape(x), broadcast'(b)...) when x leads, through
         single-user elementwise ops, to a dot: the reshape then sits right after the dot."""
         changed = False
+        users = _Users(self.comp)  # the users map, recomputed only after the computation changed
         for reshape in list(self.comp.instructions):
             if reshape.opcode not in ("reshape", "bitcast") or reshape not in self.comp.instructions:
                 continue
             op = reshape.operands[0]
-            users = self.comp.users()
+            users = users.fresh()
             if (not is_elementwise(op) or op.opcode == "convert" or users[op] != [reshape]
                     or not self._leads_to_dot(op, users)):
                 continue
@@ -201,6 +216,7 @@ class DotReshapeSinking:
             self.comp.remove(op)
             self.notes.append(f"NOTE    reshape %{reshape.name} moved above %{op.name} toward its dot")
             changed = True
+            users.stale = True
         return changed
 
     def _leads_to_dot(self, op: Instruction, users: dict[Instruction, list[Instruction]]) -> bool:

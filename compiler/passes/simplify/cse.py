@@ -38,8 +38,28 @@ def _hashable(value: Any) -> Hashable:
     return value
 
 
+class _LiteralKey:
+    """A constant's dtype, dims and data as a dict key: hashed on a sample of at most ~4 KiB of its
+    bytes, compared in full only when two samples agree (equal keys are still bit-identical data)."""
+
+    __slots__ = ("dtype", "shape", "raw", "_hash")
+
+    def __init__(self, literal: np.ndarray) -> None:
+        self.dtype, self.shape = str(literal.dtype), literal.shape
+        self.raw = np.ascontiguousarray(literal).reshape(-1).view(np.uint8)
+        step = max(1, self.raw.size // 4096)
+        self._hash = hash((self.dtype, self.shape, self.raw[::step].tobytes(), self.raw[-64:].tobytes()))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, _LiteralKey) and self._hash == other._hash and self.dtype == other.dtype
+                and self.shape == other.shape and np.array_equal(self.raw, other.raw))
+
+
 def _literal_key(literal: np.ndarray) -> Hashable:
-    return str(literal.dtype), literal.shape, np.ascontiguousarray(literal).tobytes()
+    return _LiteralKey(literal)
 
 
 class CommonSubexpressionElimination(HloPass):

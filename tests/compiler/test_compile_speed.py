@@ -1,0 +1,136 @@
+"""Compile cache in use, compile statistics (--time-passes), weights outside the .neff, --checks."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import compiler
+from compiler.cache import CompileCache
+from compiler.cli import main
+from compiler.stats import Progress
+from isa import weights
+from tests.conftest import MLP
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "mlp.py"
+
+
+def _model():
+    torch.manual_seed(3)
+    return MLP((16, 32, 8)).eval(), (torch.randn(4, 16),)
+
+
+def test_second_compile_is_a_cache_hit_with_the_same_program():
+    model, example = _model()
+    first = compiler.compile(model, example)
+    assert first.compile_stats.cache.startswith("miss")
+    second = compiler.compile(model, example)
+    assert second.compile_stats.cache.startswith("hit")
+    assert second.asm == first.asm and second.hlo == first.hlo and second.reports == first.reports
+    np.testing.assert_array_equal(second.run(*example)[0], first.run(*example)[0])
+    assert len(CompileCache.default().entries()) == 1
+
+
+def test_saving_a_cached_program_links_its_weights(tmp_path):
+    model, example = _model()
+    exe = compiler.compile(model, example)
+    (entry,) = [path for _, _, path in CompileCache.default().entries()]
+    exe.save(tmp_path / "m.neff", weights="external")
+    assert weights.side_path(tmp_path / "m.neff").samefile(weights.side_path(entry / "program.neff"))
+    again = compiler.load(tmp_path / "m.neff")
+    np.testing.assert_array_equal(again.run(*example)[0], exe.run(*example)[0])
+
+
+def test_options_that_change_the_program_change_the_key_and_the_others_do_not(tmp_path):
+    model, example = _model()
+    compiler.compile(model, example)
+    assert compiler.compile(model, example, opt_level=1).compile_stats.cache.startswith("miss")
+    assert compiler.compile(model, example, timing=True, quiet=True).compile_stats.cache.startswith("hit")
+    with torch.no_grad():
+        model.layers[0].weight[0, 0] += 1  # other weights: another program
+    assert compiler.compile(model, example).compile_stats.cache.startswith("miss")
+
+
+def test_no_cache_and_dump_dir_skip_it(tmp_path):
+    model, example = _model()
+    assert compiler.compile(model, example, cache=False).compile_stats.cache == "off"
+    assert compiler.compile(model, example, dump_dir=str(tmp_path / "d")).compile_stats.cache == "off"
+    assert CompileCache.default().entries() == []
+
+
+def test_an_unreadable_entry_is_compiled_again():
+    model, example = _model()
+    compiler.compile(model, example)
+    (entry,) = [path for _, _, path in CompileCache.default().entries()]
+    (entry / "program.neff").write_bytes(b"junk")
+    again = compiler.compile(model, example)
+    assert again.compile_stats.cache.startswith("miss")
+    np.testing.assert_allclose(again.run(*example)[0], model(*example).detach().numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_compile_stats_name_every_phase():
+    model, example = _model()
+    stats = compiler.compile(model, example, cache=False).compile_stats
+    names = [p.name for p in stats.phases]
+    assert names[0] == "capture"
+    for phase in ("fusion", "cse", "lowering", "allocation", "scheduling", "emission"):
+        assert phase in names, phase
+    assert all(p.seconds >= 0 and p.peak_bytes > 0 for p in stats.phases)
+    table = stats.table()
+    assert "peak RSS (MiB)" in table and "scheduling" in table and table.splitlines()[-2].startswith("total")
+
+
+def test_cli_time_passes_weights_and_a_hit_in_a_new_process(tmp_path, capsys):
+    out = tmp_path / "mlp.neff"
+    assert main(["compile", str(EXAMPLE), "-o", str(out), "--time-passes", "--weights", "external"]) == 0
+    text = capsys.readouterr().out
+    assert "lowering" in text and "compile cache: miss" in text
+    assert weights.side_path(out).exists()
+    assert main(["run", str(out), "--checks", "off", "--quiet"]) == 0
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    code = "import sys; from compiler.cli import main; sys.exit(main())"
+    second = subprocess.run([sys.executable, "-c", code, "compile", str(EXAMPLE), "-o", str(tmp_path / "b.neff"),
+                             "--weights", "inline"], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert second.returncode == 0, second.stderr
+    assert "compile cache hit" in second.stderr
+    assert not weights.side_path(tmp_path / "b.neff").exists()
+
+
+@pytest.mark.parametrize("checks", ["off", "rules", "full"])
+def test_executable_runs_at_every_checks_level_alike(checks):
+    model, example = _model()
+    exe = compiler.compile(model, example, cache=False)
+    reference = exe.run(*example)[0]
+    for _ in range(2):  # decoded once, then replayed
+        np.testing.assert_array_equal(exe.run(*example, checks=checks)[0], reference)
+    assert exe.profile(*example, checks=checks).time_us == exe.profile(*example).time_us
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_only_on_a_terminal_after_the_delay():
+    tty = _Tty()
+    quiet = Progress(stream=tty, delay_s=0.0, enabled=False)
+    quiet.update("fusion", 3)
+    assert tty.getvalue() == ""
+    early = Progress(stream=tty, delay_s=3600.0)
+    early.update("fusion", 3)
+    assert tty.getvalue() == ""
+    shown = Progress(stream=tty, delay_s=0.0)
+    shown.update("fusion", 3)
+    assert "compiling: fusion (phase 4)" in tty.getvalue()
+    shown.close()
+    pipe = io.StringIO()  # not a terminal: silent
+    Progress(stream=pipe, delay_s=0.0).update("fusion", 3)
+    assert pipe.getvalue() == ""

@@ -1,0 +1,106 @@
+"""The weights side file (isa/weights.py): safetensors, memory-mapped, refused when foreign."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from isa import neff, weights
+from isa.emulator import run_program
+from isa.errors import NeffError
+from isa.program import AccessPattern, Instruction, Program
+
+CONSTANTS = {
+    "a": np.arange(7, dtype=np.float32).astype(ml_dtypes.bfloat16),
+    "b": np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4),
+    "c": np.arange(-2, 3, dtype=np.int8),
+    "d": np.zeros((0, 2), np.float32),
+    "e": np.array([1.5, -2, 448], dtype=ml_dtypes.float8_e4m3fn),
+}
+EXPECTED = {"a": ("bf16", (7,)), "b": ("f32", (3, 4)), "c": ("i8", (5,)), "d": ("f32", (0, 2)), "e": ("fp8e4", (3,))}
+
+
+def _written(tmp_path):
+    path = tmp_path / "m.neff.safetensors"
+    ident = weights.weights_id(CONSTANTS)
+    weights.write(path, CONSTANTS, ident)
+    return path, ident
+
+
+def test_round_trip_is_exact_and_mapped_read_only(tmp_path):
+    path, ident = _written(tmp_path)
+    loaded = weights.read(path, ident, EXPECTED, verify=True)
+    for name, array in CONSTANTS.items():
+        assert loaded[name].dtype == array.dtype and loaded[name].shape == array.shape
+        assert loaded[name].tobytes() == array.tobytes()
+        assert not loaded[name].flags.writeable
+
+
+def test_the_file_is_plain_safetensors(tmp_path):
+    path, _ = _written(tmp_path)
+    loaded = load_file(path)  # torch's reader knows bf16 and fp8
+    assert loaded["a"].dtype == torch.bfloat16 and loaded["e"].dtype == torch.float8_e4m3fn
+    np.testing.assert_array_equal(loaded["a"].float().numpy(), CONSTANTS["a"].astype(np.float32))
+    np.testing.assert_array_equal(loaded["b"].numpy(), CONSTANTS["b"])
+
+
+def test_side_path():
+    assert str(weights.side_path("out/gpt2.neff")) == "out/gpt2.neff.safetensors"
+
+
+def test_foreign_missing_and_mismatched_files_are_refused(tmp_path):
+    path, ident = _written(tmp_path)
+    with pytest.raises(NeffError, match="another compile"):
+        weights.read(path, "0" * 64, EXPECTED)
+    with pytest.raises(NeffError, match="missing"):
+        weights.read(tmp_path / "none.safetensors", ident, EXPECTED)
+    with pytest.raises(NeffError, match="declares"):
+        weights.read(path, ident, {**EXPECTED, "b": ("f32", (4, 3))})
+    with pytest.raises(NeffError, match="no tensor"):
+        weights.read(path, ident, {**EXPECTED, "z": ("f32", (1,))})
+    (tmp_path / "junk.safetensors").write_bytes(b"\x01")
+    with pytest.raises(NeffError, match="truncated"):
+        weights.read(tmp_path / "junk.safetensors", ident, EXPECTED)
+
+
+def test_verify_finds_changed_data(tmp_path):
+    path, ident = _written(tmp_path)
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    weights.read(path, ident, EXPECTED)  # names, shapes and id still match
+    with pytest.raises(NeffError, match="damaged"):
+        weights.read(path, ident, EXPECTED, verify=True)
+
+
+def _program_with_constants():
+    prog = Program("trn1")
+    prog.add_tensor("w", "const", "bf16", (4, 8))
+    prog.add_tensor("out", "output", "bf16", (4, 8))
+    prog.constants = {"w": np.arange(32, dtype=np.float32).reshape(4, 8).astype(ml_dtypes.bfloat16)}
+    src = AccessPattern("hbm", "bf16", 0, ((1, 8),), partitions=4, tensor="w", partition_stride=8)
+    dst = AccessPattern("hbm", "bf16", 0, ((1, 8),), partitions=4, tensor="out", partition_stride=8)
+    prog.instructions = [Instruction("sp", "dma", {"dst": dst, "src": src}, {"queue": 0}, [], [], None)]
+    return prog
+
+
+@pytest.mark.parametrize("mode", ["inline", "external", "auto"])
+def test_neff_with_weights_outside(tmp_path, mode):
+    prog = _program_with_constants()
+    path = tmp_path / "p.neff"
+    neff.save(prog, path, weights=mode)
+    side = weights.side_path(path)
+    assert side.exists() == (mode == "external")  # auto: small constants stay inline
+    loaded = neff.load(path, verify_weights=True)
+    assert loaded.constants["w"].tobytes() == prog.constants["w"].tobytes()
+    np.testing.assert_array_equal(run_program(loaded, {}).outputs["out"], prog.constants["w"])
+    if mode == "external":
+        assert path.stat().st_size < 2048 < side.stat().st_size + 2048
+        with pytest.raises(NeffError, match="side file"):
+            neff.decode(path.read_bytes())
+        side.unlink()
+        with pytest.raises(NeffError, match="weights file of this .neff is missing"):
+            neff.load(path)
