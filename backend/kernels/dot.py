@@ -116,16 +116,52 @@ def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, e
                                    f"(lhs {lhs.dims}, rhs {rhs.dims})")
         return result[0]
 
-    lhs_n = merged(lhs.transpose(lb + lf + lc), [(nb, len(lf)), (nb + len(lf), len(lc))], "lhs")
-    rhs_n = merged(rhs.transpose(rb + rc + rf), [(nb, len(rc)), (nb + len(rc), len(rf))], "rhs")
-    out_groups = [(nb, len(lf)), (nb + len(lf), len(rf))]
-    out_n = _merge_groups([out], out_groups)
+    lhs_t, rhs_t = lhs.transpose(lb + lf + lc), rhs.transpose(rb + rc + rf)
+    leaves = [n for n in view_nodes(epilogue) if n.view is not None]
+    outs = [out] + [n.view for n in leaves]
+    nlf, nrf = len(lf), len(rf)
+    out_n = _merge_groups([out], [(nb, nlf), (nb + nlf, nrf)])
+    if out_n is None:
+        lhs_t, rhs_t, outs, nb, nlf, nrf = _peel(lhs_t, rhs_t, outs, nb, nlf, len(lc), nrf)
+        out_n = _merge_groups(outs[:1], [(nb, nlf), (nb + nlf, nrf)])
     if out_n is None:
         raise CompilationError(f"{where}: dot whose output view {out.dims} cannot be merged into a matrix")
-    leaves = view_nodes(epilogue)
-    views = {id(n): merged(n.view, out_groups, "epilogue operand") for n in leaves if n.view is not None}
+    out_groups = [(nb, nlf), (nb + nlf, nrf)]
+    lhs_n = merged(lhs_t, [(nb, nlf), (nb + nlf, len(lc))], "lhs")
+    rhs_n = merged(rhs_t, [(nb, len(rc)), (nb + len(rc), nrf)], "rhs")
+    views = {id(n): merged(v, out_groups, "epilogue operand") for n, v in zip(leaves, outs[1:], strict=True)}
     epilogue = substitute_views(epilogue, views)
     return DotPlan(name, where, lhs_n, rhs_n, out_n[0], epilogue, compute_dtype(lhs, rhs, where))
+
+
+def _peel(lhs: View, rhs: View, outs: list[View], nb: int, nlf: int, nc: int,
+          nrf: int) -> tuple[View, View, list[View], int, int, int]:
+    """An output whose free dims cannot be merged into a matrix (e.g. a projection written straight into a
+    [batch, heads, seq, head_dim] layout): the leading free dims of the side that does not merge become batch
+    dims, the other operand broadcast along them (stride 0), until the rest merges. lhs is (B, LF, C), rhs
+    (B, C, RF), outs (B, LF, RF); returns them with the new dim counts."""
+
+    def fits(views: list[View], b: int, f1: int, f2: int) -> bool:
+        return _merge_groups(views[:1], [(b, f1), (b + f1, f2)]) is not None
+
+    for j in range(1, nrf):  # peel RF dims: out (B, RF[:j], LF, RF[j:]); lhs broadcast
+        perm = tuple(range(nb)) + tuple(nb + nlf + i for i in range(j)) + tuple(range(nb, nb + nlf)) + tuple(
+            range(nb + nlf + j, nb + nlf + nrf))
+        cand = [v.transpose(perm) for v in outs]
+        if fits(cand, nb + j, nlf, nrf - j):
+            peeled = rhs.dims[nb + nc:nb + nc + j]
+            dims = lhs.dims[:nb] + peeled + lhs.dims[nb:]
+            lhs_b = lhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
+            rperm = tuple(range(nb)) + tuple(nb + nc + i for i in range(j)) + tuple(range(nb, nb + nc)) + tuple(
+                range(nb + nc + j, nb + nc + nrf))
+            return lhs_b, rhs.transpose(rperm), cand, nb + j, nlf, nrf - j
+    for j in range(1, nlf):  # peel LF dims: out (B, LF[:j], LF[j:], RF); rhs broadcast
+        if fits(outs, nb + j, nlf - j, nrf):
+            peeled = lhs.dims[nb:nb + j]
+            dims = rhs.dims[:nb] + peeled + rhs.dims[nb:]
+            rhs_b = rhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
+            return lhs, rhs_b, outs, nb + j, nlf - j, nrf
+    return lhs, rhs, outs, nb, nlf, nrf
 
 
 def arrange_const(builder: ProgramBuilder, view: View, compute: str) -> View:
