@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import compiler  # noqa: E402
-from isa.emulator import run_program  # noqa: E402
 from isa.target import load_target  # noqa: E402
 
 EXAMPLES = ("gpt2", "bert", "llama", "t5_encoder", "vit", "resnet50", "convnext")
@@ -111,7 +110,7 @@ def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> list
     weights = {id(m.weight) for m in model.modules()
                if isinstance(m, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Conv2d)}
     # transformers' Conv1D (GPT-2) keeps its weight as a parameter named weight too
-    weights |= {id(getattr(m, "weight")) for m in model.modules()
+    weights |= {id(m.weight) for m in model.modules()
                 if type(m).__name__ == "Conv1D" and hasattr(m, "weight")}
     found: list[tuple[tuple[int, ...], int]] = []
     hooks = []

@@ -115,7 +115,7 @@ def _linearized(b: HloBuilder, x: Instruction, present: list[tuple[int, Instruct
         rows *= n
     linear = None
     stride = rows
-    for (d, i), n in zip(present, sizes, strict=True):
+    for (_, i), n in zip(present, sizes, strict=True):
         stride //= n
         term = b.broadcast_to(_index(b, i, n), batch)
         if stride != 1:

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler.errors import LoweringError
+from hlo.errors import LoweringError
 
 from .builder import HLO_TO_TORCH
 
