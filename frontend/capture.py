@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from torch import fx
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
 from hlo.errors import LoweringError
 
 from . import fx_aliases, fx_trace
 from .graph import CapturedGraph
+from .signature import Signature, leaf_names, register_model_pytrees
 
 aten = torch.ops.aten
 
@@ -114,17 +115,21 @@ def _first_lines(exc: BaseException, n: int = 3) -> str:
 
 
 def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Sequence[Any],
-                   name: str | None = None, keep: Collection[str] = ()) -> CapturedGraph:
+                   name: str | None = None, keep: Collection[str] = (),
+                   example_kwargs: dict[str, Any] | None = None) -> CapturedGraph:
     """torch.export the model in eval mode (or take an ExportedProgram) and decompose every op that is
-    not in ``keep`` (the ops with a lowering rule) with torch's core-ATen table."""
+    not in ``keep`` (the ops with a lowering rule) with torch's core-ATen table. The model is called as
+    ``model(*example_inputs, **example_kwargs)``; cache objects among them (or among the outputs) are
+    flattened (signature.register_model_pytrees)."""
     name = name or model_name(model)
+    register_model_pytrees(model)
     try:
         with quiet():
             if isinstance(model, ExportedProgram):
                 ep = model
             else:
                 with eval_mode(model):
-                    ep = torch.export.export(model, tuple(example_inputs))
+                    ep = torch.export.export(model, tuple(example_inputs), dict(example_kwargs or {}) or None)
             if not _lowerable_as_is(ep, keep):  # (a re-trace: skipped when it would change nothing)
                 ep = ep.run_decompositions(decomposition_table(keep))
     except Exception as e:  # torch raises many unrelated types here; report its own words
@@ -148,7 +153,15 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
             raise LoweringError(f"{name}: unsupported exported input kind {spec.kind.name} ({node.name})")
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
-    return CapturedGraph(name, ep.graph, inputs, constants, outputs, "export")
+    user = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+    leaves = [node.meta.get("val") if isinstance(s.arg, TensorArgument) else getattr(s.arg, "value", None)
+              for node, s in zip(inputs, user, strict=True)]
+    if isinstance(model, ExportedProgram):
+        names = [node.name for node in inputs]
+    else:
+        names = leaf_names((tuple(example_inputs), dict(example_kwargs or {})))
+    signature = Signature.from_example(ep.call_spec.in_spec, leaves, names, ep.call_spec.out_spec)
+    return CapturedGraph(name, ep.graph, inputs, constants, outputs, "export", signature=signature)
 
 
 def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str | None = None) -> CapturedGraph:

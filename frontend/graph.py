@@ -21,6 +21,7 @@ class CapturedGraph:
     outputs: list[Any]                                      # fx Nodes (flattened user outputs)
     kind: str                                               # "export" or "fx"
     root: torch.nn.Module | None = None                     # fx: owner of call_module targets
+    signature: Any = None                                   # export: the calling convention (signature.py)
 
 
 class Call:

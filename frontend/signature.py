@@ -44,7 +44,7 @@ def register_model_pytrees(model: Any) -> None:
     register_cache_pytrees_for_model(model)
 
 
-def _leaf_names(tree: Any) -> list[str]:
+def leaf_names(tree: Any) -> list[str]:
     """A readable name per leaf of ``(args, kwargs)``: args[0], attention_mask, cache.layers[0].keys, ..."""
     try:
         paths, _ = pytree.tree_flatten_with_path(tree)
@@ -82,9 +82,14 @@ class Signature:
         return cls(in_spec, fed, constants, names, out_spec)
 
     @classmethod
+    def positional(cls, n: int) -> Signature:
+        """n positional tensor inputs, outputs as a flat tuple (fx capture, HLO)."""
+        return cls(None, list(range(n)), {}, [f"input {i}" for i in range(n)], None)
+
+    @classmethod
     def of_call(cls, args: tuple, kwargs: dict, out_spec: pytree.TreeSpec | None) -> Signature:
         leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-        return cls.from_example(spec, leaves, _leaf_names((tuple(args), dict(kwargs))), out_spec)
+        return cls.from_example(spec, leaves, leaf_names((tuple(args), dict(kwargs))), out_spec)
 
     def input_names(self) -> list[str]:
         return [self.names[i] if i < len(self.names) else f"input {n}" for n, i in enumerate(self.fed)]
@@ -110,9 +115,10 @@ class Signature:
     def _ordered(self, kwargs: dict) -> dict:
         """kwargs in the order of the compiled call (a dict's pytree spec depends on its key order)."""
         spec = self.in_spec
-        if spec is None or len(spec.children_specs) != 2 or spec.children_specs[1].type is not dict:
+        children = spec.children() if spec is not None else []
+        if len(children) != 2 or children[1].type is not dict:
             return dict(kwargs)
-        keys = list(spec.children_specs[1].context)
+        keys = list(children[1].context)
         missing = [k for k in keys if k not in kwargs]
         extra = [k for k in kwargs if k not in keys]
         if missing or extra:
