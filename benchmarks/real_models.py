@@ -17,7 +17,6 @@ eager s torch's (CPU, fp32). A model that fails is reported with its error and t
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import time
@@ -35,6 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import compiler  # noqa: E402
+from compiler.model_files import load_model_file  # noqa: E402
+from frontend.signature import register_model_pytrees  # noqa: E402
 from isa.target import load_target  # noqa: E402
 
 EXAMPLES = ("gpt2", "bert", "llama", "t5_encoder", "vit", "resnet50", "convnext")
@@ -65,27 +66,9 @@ class Row:
 
 
 def load_example(name: str) -> tuple[torch.nn.Module, tuple, dict]:
-    """examples/<name>.py's get_model() as (model, args, kwargs)."""
+    """examples/<name>.py's (or a path's) get_model() as (model, args, kwargs)."""
     path = Path(name) if name.endswith(".py") else ROOT / "examples" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(f"example_{path.stem}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.path.insert(0, str(path.parent))
-    try:
-        spec.loader.exec_module(module)
-        result = module.get_model()
-    finally:
-        sys.path.remove(str(path.parent))
-    model, args = result[0], tuple(result[1])
-    kwargs = dict(result[2]) if len(result) > 2 else {}
-    return model, args, kwargs
-
-
-def register_pytrees(model: torch.nn.Module) -> None:
-    """Cache objects (DynamicCache) as pytree nodes, as transformers' own exporter registers them."""
-    if "transformers" in sys.modules:
-        from transformers.exporters.exporter_dynamo import register_cache_pytrees_for_model
-
-        register_cache_pytrees_for_model(model)
+    return load_model_file(str(path))
 
 
 def leaves(value: Any) -> list[np.ndarray]:
@@ -143,13 +126,12 @@ def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expec
     run = Run()
     try:
         start = time.perf_counter()
-        exe = compiler.compile(model, args, kwargs=kwargs, auto_cast=cast)
+        exe = compiler.compile(model, args, example_kwargs=kwargs, auto_cast=cast)
         run.compile_s = time.perf_counter() - start
         start = time.perf_counter()
-        result = exe.call_flat(args, kwargs)
+        outputs, prof = exe.run_with_profile(*args, **kwargs)
         run.emulate_s = time.perf_counter() - start
-        run.rel_err = rel_error([np.asarray(r, dtype=np.float32) for r in result.outputs], expected)
-        prof = result.profile
+        run.rel_err = rel_error([np.asarray(r, dtype=np.float32) for r in outputs], expected)
         run.sim_us, run.mfu = prof.time_us, prof.mfu
         peak = target.pe_peak_flops_bf16  # FLOP/s
         if cast == "none":
@@ -172,7 +154,7 @@ def bench(name: str, casts: tuple[str, ...], target: Any) -> Row:
     except Exception as e:
         row.runs = {c: Run(status=f"load failed: {type(e).__name__}: {e}") for c in casts}
         return row
-    register_pytrees(model)
+    register_model_pytrees(model)
     row.params_m = sum(p.numel() for p in model.parameters()) / 1e6
     with torch.no_grad():
         model(*args, **kwargs)  # warm-up

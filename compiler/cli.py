@@ -99,8 +99,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise NeuroncError(f"--dump-dir {args.dump_dir} exists and is not a folder")
     if not args.verbose:
         quiet_torch()
-    model, example_inputs = load_model_file(args.model, args.entry)
-    exe = driver.compile_options(model, example_inputs, options.from_arguments(args))
+    model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
+    exe = driver.compile_options(model, example_inputs, options.from_arguments(args), example_kwargs)
     exe.save(output)
     program = exe.program
     print(f"compiled {args.model} for {program.target}: {len(program.instructions)} instructions, "

@@ -73,7 +73,7 @@ class Executable:
     def _flat_inputs(self, args: tuple, kwargs: dict) -> list[Any]:
         """The program inputs of a call: through the model's signature, or the flat inputs themselves."""
         n = len(self.program.inputs)
-        flat_call = not kwargs and len(args) == n and all(_is_array(a) for a in args)
+        flat_call = not kwargs and all(_is_array(a) for a in args)  # the program's own inputs (checked by _bind)
         if self.signature is None or self.signature.in_spec is None:
             if kwargs:
                 raise InputError(f"this program takes {n} positional input(s), got keyword arguments "
