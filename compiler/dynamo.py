@@ -70,7 +70,7 @@ def _op_count(gm: fx.GraphModule) -> int:
 def _to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """A numpy result as a torch tensor of ``dtype`` (bf16/fp8 arrive as ml_dtypes arrays, s64 results
     may arrive as int32)."""
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         ints = {torch.bfloat16: np.int16}.get(dtype, np.uint8)
         return torch.from_numpy(array.view(ints).copy()).view(dtype)

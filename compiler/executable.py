@@ -82,9 +82,10 @@ class Executable:
         try:
             return self.signature.flatten(args, kwargs)
         except LoweringError as e:
-            if flat_call:
+            if flat_call and len(args) == n:
                 return list(args)
-            raise InputError(str(e)) from None
+            names = ", ".join(f"{a}: {d}{list(s)}" for a, (_, d, s) in zip(self._input_names(), self.input_specs()))
+            raise InputError(f"{e} (the program takes {n} input(s): {names})") from None
 
     def _bind(self, inputs: Sequence[Any]) -> dict[str, np.ndarray]:
         specs = self.input_specs()
@@ -182,7 +183,7 @@ def _from_device(array: np.ndarray, hlo_type: str) -> np.ndarray:
 def _to_torch(array: np.ndarray, hlo_type: str) -> torch.Tensor:
     """A result as a torch tensor of torch's dtype for its HLO type (bf16 and fp8 keep their bits)."""
     dtype = HLO_TO_TORCH.get(hlo_type)
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         ints = np.int16 if dtype == torch.bfloat16 else np.uint8
         return torch.from_numpy(array.view(ints).copy()).view(dtype)

@@ -1,5 +1,9 @@
-"""Shared by the transformers examples: a model built from a config with random weights (no download), and
-the environment knob `NEURONC_EXAMPLE_LAYERS` that reduces the depth (CI and benchmarks use it)."""
+"""Shared by the transformers examples: a model built from a config with random weights (no download).
+
+Every example's ``get_model(layers=None, tiny=False)`` builds the full default size; ``layers`` reduces the depth
+(the environment variable NEURONC_EXAMPLE_LAYERS does the same for `neuronc compile`), ``tiny`` the width (hidden
+64, as the CI tests run them next to the slow full-width ones).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,12 @@ import os
 import torch
 
 
-def layers(default: int) -> int:
-    """The depth to build: NEURONC_EXAMPLE_LAYERS when set (CI runs 2 layers), else the model's own."""
-    value = os.environ.get("NEURONC_EXAMPLE_LAYERS")
-    return int(value) if value else default
+def depth(default: int, layers: int | None) -> int:
+    """The depth to build: `layers`, else NEURONC_EXAMPLE_LAYERS when set, else the model's own."""
+    if layers is None:
+        value = os.environ.get("NEURONC_EXAMPLE_LAYERS")
+        layers = int(value) if value else default
+    return min(default, layers)
 
 
 def token_ids(vocab: int, batch: int, seq: int) -> torch.Tensor:
@@ -24,4 +30,9 @@ def build(model_class, config) -> torch.nn.Module:
     traces into plain ATen ops, as deployment exports do)."""
     torch.manual_seed(0)
     config._attn_implementation = "eager"
-    return model_class(config).eval()
+    model = model_class(config).eval()
+    for m in model.modules():  # running statistics as a trained network has them (fresh: mean 0, var 1)
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.uniform_(-0.1, 0.1)
+            m.running_var.uniform_(0.5, 1.5)
+    return model

@@ -5,16 +5,16 @@ buckets) with random weights: int64 ids and an attention mask with padding.
 """
 
 import torch
-from _hf import build, layers, token_ids
+from _hf import build, depth, token_ids
 from transformers import T5Config, T5EncoderModel
 
-BATCH, SEQ = 1, 128
 
-
-def get_model():
-    config = T5Config(num_layers=layers(12))  # defaults are t5-base's sizes, vocab 32128
+def get_model(layers: int | None = None, tiny: bool = False):
+    size = dict(d_model=64, d_kv=16, num_heads=4, d_ff=256, vocab_size=1000) if tiny else {}
+    config = T5Config(num_layers=depth(12, layers), **size)  # defaults are t5-base's sizes, vocab 32128
     model = build(T5EncoderModel, config)
-    ids = token_ids(config.vocab_size, BATCH, SEQ)
-    mask = torch.ones(BATCH, SEQ, dtype=torch.int64)
-    mask[:, -16:] = 0
+    batch, seq = 1, 32 if tiny else 128
+    ids = token_ids(config.vocab_size, batch, seq)
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    mask[:, -seq // 8:] = 0
     return model, (ids,), {"attention_mask": mask}
