@@ -10,12 +10,13 @@ from typing import Protocol
 import numpy as np
 
 from backend.emit import ProgramBuilder
-from backend.lower import Lowering
+from backend.lower import INTERNAL_ERRORS, Lowering
 from backend.options import BackendOptions
 from backend.provenance import origin_table
 from backend.report import memory_plan
 from backend.residency import Image, ResidencyMismatch, Survey, plan_residency
 from backend.schedule import schedule
+from hlo.errors import CompilationError
 from hlo.ir import Module
 from isa.program import Program
 from isa.target import Target, load_target
@@ -42,6 +43,17 @@ class BackendResult:
 
 def compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None,
                    timer: PhaseTimer | None = None) -> BackendResult:
+    """`_compile_module`, with an internal error (a broken invariant: assert, bad index or key) outside any one
+    instruction's lowering (allocation, scheduling) reported as a CompilationError naming the module."""
+    try:
+        return _compile_module(module, target, options=options, timer=timer)
+    except INTERNAL_ERRORS as e:
+        raise CompilationError(f"{module.name}: internal compiler error in the backend ({type(e).__name__}: {e}); "
+                               f"please report it with this model") from e
+
+
+def _compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None,
+                    timer: PhaseTimer | None = None) -> BackendResult:
     """Lower `module` (after the middle-end) to a program for `target`.
 
     Two lowering passes: the first writes every tensor between kernels to HBM and records how kernels

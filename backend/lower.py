@@ -148,7 +148,16 @@ class Lowering:
 
     # -- instructions -----------------------------------------------------------------------------------------
     def lower(self, inst: Instruction) -> Value:
+        """The kernels of one instruction. An internal error of a kernel (a broken invariant) reaches the user
+        as a CompilationError naming the instruction and its torch source line, not as a bare traceback."""
         self.b.origin = inst.name  # what the kernels emit for it is tagged with its name (as in exe.hlo)
+        try:
+            return self._lower(inst)
+        except INTERNAL_ERRORS as e:
+            raise CompilationError(f"{inst.where()}: internal compiler error in the backend while lowering it "
+                                   f"({type(e).__name__}: {e}); please report it with this model") from e
+
+    def _lower(self, inst: Instruction) -> Value:
         ops = [self.values[o.uid] for o in inst.operands]
         handler = KERNELS.get(inst.opcode)
         if handler is not None:
@@ -178,6 +187,10 @@ class Lowering:
         result = dense.reshape(inst.shape.dims)
         assert result is not None
         return result
+
+
+# what a broken invariant inside a kernel raises (assert, a bad index or key, a bad value or type)
+INTERNAL_ERRORS = (AssertionError, IndexError, KeyError, ValueError, TypeError, ZeroDivisionError)
 
 
 def is_compute(inst: Instruction) -> bool:

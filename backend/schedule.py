@@ -38,6 +38,7 @@ from dataclasses import dataclass
 
 from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
+from hlo.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
 from isa.instructions import OPCODES
@@ -499,7 +500,7 @@ def schedule(ops: list[Instruction], costs: CostModel, untracked: set[str], n_qu
     ("inorder") or one of SCHEDULERS."""
     mode = list_scheduling if isinstance(list_scheduling, str) else ("list" if list_scheduling else "inorder")
     if mode not in SCHEDULERS:
-        raise ValueError(f"unknown scheduler {mode!r}; known: {', '.join(SCHEDULERS)}")
+        raise CompilationError(f"unknown scheduler {mode!r}; known: {', '.join(SCHEDULERS)}")
     groups = stationary_groups(ops) if mode == "list" else None
     preds = dependencies(ops, untracked, chain_stationary=groups is None)
     if mode == "inorder":

@@ -119,9 +119,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         raise NeuroncError(f"--dump-dir {args.dump_dir} exists and is not a folder")
     if not args.verbose:
         quiet_torch()
-    model, example_inputs = load_model_file(args.model, args.entry)
+    model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
     compile_options = options.from_arguments(args)
-    exe = driver.compile_options(model, example_inputs, compile_options)
+    exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs)
     exe.save(output, weights=compile_options.weights)
     program = exe.program
     stats = exe.compile_stats

@@ -7,7 +7,6 @@ import logging
 import os
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +16,11 @@ from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
 from compiler.cache import CompileCache, cache_key
+from compiler.executable import Executable, to_numpy  # noqa: F401 (to_numpy: re-exported)
 from compiler.options import CompileOptions, make_options
 from compiler.pipeline import build_pipeline
 from compiler.stats import CompileStats, Progress
-from frontend import import_model
+from frontend import Signature, import_model_with_signature
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from hlo.io import load_hlo_file
 from hlo.ir import Module
@@ -29,126 +29,17 @@ from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
 from isa import weights as side_weights
-from isa.asm import print_program
 from isa.constants import isa_dtype_of
-from isa.dtypes import dtype as isa_dtype
-from isa.emulator import Emulator, Profile, checks_level
-from isa.errors import InputError, IsaError
+from isa.errors import IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
 
 log = logging.getLogger("neuronc")
 
 
-@dataclass
-class Executable:
-    """A compiled program plus what is needed to feed it and to explain it."""
-
-    program: Program
-    hlo: str = ""
-    pass_timing: str = ""
-    reports: dict[str, str] = field(default_factory=dict)
-    compile_stats: CompileStats | None = None  # per-phase time and peak memory of the compile (None: loaded)
-    # decoded programs by checks level, reused by later runs (isa.emulator.Emulator)
-    _emulators: dict[str, tuple[tuple[int, ...], Emulator]] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def asm(self) -> str:
-        return print_program(self.program)
-
-    @property
-    def target(self) -> str:
-        return self.program.target
-
-    def input_specs(self) -> list[tuple[str, str, tuple[int, ...]]]:
-        """(name, ISA dtype, shape) of every input, in order."""
-        return [(n, self.program.tensors[n].dtype, self.program.tensors[n].shape) for n in self.program.inputs]
-
-    def _bind(self, inputs: Sequence[Any]) -> dict[str, np.ndarray]:
-        specs = self.input_specs()
-        if len(inputs) != len(specs):
-            raise InputError(f"the program takes {len(specs)} input(s) "
-                             f"({', '.join(f'{n}: {d}{list(s)}' for n, d, s in specs)}), got {len(inputs)}")
-        bound = {}
-        for (name, dt, shape), value in zip(specs, inputs, strict=True):
-            array = to_numpy(value)
-            want = isa_dtype(dt).numpy
-            if tuple(array.shape) != tuple(shape):
-                raise InputError(f"input {name}: expected shape {list(shape)}, got {list(array.shape)}")
-            if array.dtype != want:
-                raise InputError(f"input {name}: expected dtype {dt} ({want}), got {array.dtype}")
-            bound[name] = array
-        return bound
-
-    def emulator(self, checks: str = "rules") -> Emulator:
-        """The program decoded for the emulator at ``checks`` level (off, rules, full), kept for later
-        runs: the first run schedules it, later ones replay its numerics (same results, bit for bit).
-        Decoded again when ``program`` was replaced or its instruction list changed length."""
-        stamp = (id(self.program), id(self.program.instructions), len(self.program.instructions),
-                 id(self.program.constants))
-        kept = self._emulators.get(checks)
-        if kept is None or kept[0] != stamp:
-            kept = self._emulators[checks] = (stamp, Emulator(self.program, checks=checks))
-        return kept[1]
-
-    def run(self, *inputs: Any, check: bool = False, progress: bool = False,
-            checks: str | None = None) -> list[np.ndarray]:
-        """Run on the emulator; returns the outputs in order as numpy arrays. ``checks``: see
-        ``isa.emulator.run_program`` (``check=True`` is ``checks="full"``)."""
-        level = checks_level(check, checks)
-        result = self.emulator(level).run(self._bind(inputs), progress=progress)
-        return [result.outputs[name] for name in self.program.outputs]
-
-    def profile(self, *inputs: Any, check: bool = False, progress: bool = False,
-                checks: str | None = None) -> Profile:
-        """Run with timing; returns the emulator's Profile."""
-        level = checks_level(check, checks)
-        return self.emulator(level).run(self._bind(inputs), progress=progress).profile
-
-    def random_inputs(self, seed: int = 0) -> list[np.ndarray]:
-        """Inputs drawn from N(0, 1) (integers from 0..9) with the program's shapes and dtypes."""
-        rng = np.random.default_rng(seed)
-        result = []
-        for _, dt, shape in self.input_specs():
-            d = isa_dtype(dt)
-            values = rng.standard_normal(shape) if d.is_float else rng.integers(0, 10, shape)
-            result.append(values.astype(d.numpy))
-        return result
-
-    def save(self, path: str | os.PathLike, *, weights: str = "auto") -> None:
-        """Write the .neff container (atomically); ``weights``: auto, inline or external (a safetensors
-        side file beside it, see isa.neff.save)."""
-        self.program.meta["hlo"] = self.hlo
-        if self.compile_stats is not None:
-            with self.compile_stats.phase(".neff write", "output"):
-                neff.save(self.program, os.fspath(path), weights=weights)
-        else:
-            neff.save(self.program, os.fspath(path), weights=weights)
-
-
-def to_numpy(value: Any) -> np.ndarray:
-    """A torch tensor or array-like as a numpy array (bf16 tensors keep their dtype)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a hard dependency
-        torch = None
-    if torch is not None and isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        if tensor.dtype == torch.bfloat16:
-            return tensor.view(torch.int16).numpy().view(isa_dtype("bf16").numpy)
-        return tensor.numpy()
-    return np.asarray(value)
-
-
 def load(path: str | os.PathLike) -> Executable:
     """Load an Executable from a .neff file written by Executable.save or `neuronc compile`."""
     program = neff.load(os.fspath(path))
-    for kind, names in (("input", program.inputs), ("output", program.outputs)):
-        for name in names:
-            decl = program.tensors.get(name)
-            if decl is None or decl.kind != kind:
-                raise NeuroncError(f"{os.fspath(path)}: malformed program: its {kind} {name!r} is not a declared "
-                                   f"{kind} tensor")
     try:
         load_target(program.target)
     except NeuroncError as e:
@@ -196,9 +87,23 @@ def _load_hlo(path: str, target_machine: Any) -> tuple[Module, str]:
         raise
 
 
-def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOptions,
-                   target_machine: Any) -> tuple[Module, str | None, str | None]:
-    """The HLO module of `model`, with its text and file name when it was HLO (to locate verifier errors)."""
+def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOptions, target_machine: Any,
+                   example_kwargs: dict[str, Any] | None = None
+                   ) -> tuple[Module, str | None, str | None, Signature | None]:
+    """The HLO module of `model`, with its text and file name when it was HLO (to locate verifier errors), and
+    the model's calling convention when it was a torch model."""
+    if not isinstance(model, (Module, str, os.PathLike)):
+        capacity.check_model(model, tuple(example_inputs), target_machine)
+        module, signature = import_model_with_signature(model, tuple(example_inputs), capture=options.capture,
+                                                        example_kwargs=example_kwargs)
+        return module, None, None, signature
+    if example_kwargs:
+        raise ModelLoadError("example_kwargs are for a torch model; an HLO module takes positional inputs")
+    module, text, source = _import_hlo(model, target_machine)
+    return module, text, source, None
+
+
+def _import_hlo(model: Any, target_machine: Any) -> tuple[Module, str | None, str | None]:
     if isinstance(model, Module):
         return model, None, None
     if isinstance(model, (str, os.PathLike)):
@@ -211,10 +116,8 @@ def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOp
             raise ModelLoadError(f"{text[:80]}: not HLO text and not a readable file ({e.strerror})") from None
         if not is_file:
             raise ModelLoadError(f"{text}: no such HLO file")
-        module, hlo_text = _load_hlo(text, target_machine)
-        return module, hlo_text, text
-    capacity.check_model(model, tuple(example_inputs), target_machine)
-    return import_model(model, tuple(example_inputs), capture=options.capture), None, None
+    module, hlo_text = _load_hlo(text, target_machine)
+    return module, hlo_text, text
 
 
 def _verify(module: Module, text: str | None, source: str | None) -> None:
@@ -242,52 +145,72 @@ def _locate(message: str, text: str | None, source: str | None) -> str | None:
 
 
 def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1", opt_level: int = 2,
-            auto_cast: str = "none", dump_dir: str | None = None, **kwargs: Any) -> Executable:
+            auto_cast: str = "none", dump_dir: str | None = None, *, example_kwargs: dict[str, Any] | None = None,
+            **kwargs: Any) -> Executable:
     """Compile a torch.nn.Module, ExportedProgram, HLO Module, HLO text or .hlo path for `target`.
 
-    Extra keyword arguments are fields of CompileOptions (auto_cast_type, dump_pass_re, verify_each,
-    disabled_passes, fusion, capture, timing).
+    A torch model is captured as called with ``model(*example_inputs, **example_kwargs)``; the Executable is
+    then called the same way (``exe(*args, **kwargs)``). Extra keyword arguments are fields of CompileOptions
+    (auto_cast_type, dump_pass_re, verify_each, disabled_passes, fusion, capture, timing).
     """
     options = make_options(target=target, opt_level=opt_level, auto_cast=auto_cast, dump_dir=dump_dir, **kwargs)
-    return compile_options(model, example_inputs, options)
+    return compile_options(model, example_inputs, options, example_kwargs)
 
 
-def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions) -> Executable:
+def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions,
+                    example_kwargs: dict[str, Any] | None = None) -> Executable:
     """`compile` with the options already gathered (the CLI builds them from its flags)."""
     stats = CompileStats(progress=Progress(enabled=not options.quiet))
     try:
         target_machine = load_target(options.target)
         with stats.phase("capture", "frontend"):
-            module, text, source = _import_module(model, example_inputs, options, target_machine)
+            module, text, source, signature = _import_module(model, example_inputs, options, target_machine,
+                                                             example_kwargs)
             capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
             _verify(module, text, source)
-        cache = CompileCache.default() if options.cache and options.dump_dir is None else None
-        if cache is None:
-            stats.cache = "off"
-            return compile_module(module, target_machine, options, stats)
-        with stats.phase("cache lookup", "cache"):
-            key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
-            entry = cache.get(key)
-            exe = _read_entry(entry) if entry is not None else None
-        if exe is not None:
-            stats.cache = f"hit {key[:16]} ({entry})"
-            log.info("neuronc: compile cache hit %s (%s)", key[:16], entry)
-            exe.compile_stats = stats
-            return exe
-        stats.cache = f"miss {key[:16]}, stored in {cache.entry(key)}"
-        exe = compile_module(module, target_machine, options, stats)
-        with stats.phase("cache store", "cache"):
-            try:
-                entry = cache.put(key, lambda folder: _write_entry(exe, folder))
-                _map_entry_weights(exe.program, entry)
-            except OSError as e:  # a full or read-only cache must not fail the compile
-                stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
-                log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
-        log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
+        exe = _compile_cached(module, target_machine, options, stats)
+        exe.signature = signature
         return exe
     finally:
         if stats.progress:
             stats.progress.close()
+
+
+def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats
+                    ) -> Executable:
+    """`compile_module` through the compile cache (when it is on and nothing is dumped)."""
+    cache = CompileCache.default() if options.cache and options.dump_dir is None else None
+    if cache is None:
+        stats.cache = "off"
+        return compile_module(module, target_machine, options, stats)
+    with stats.phase("cache lookup", "cache"):
+        key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
+        entry = cache.get(key)
+        exe = _read_entry(entry) if entry is not None else None
+    if exe is not None:
+        stats.cache = f"hit {key[:16]} ({entry})"
+        log.info("neuronc: compile cache hit %s (%s)", key[:16], entry)
+        exe.compile_stats = stats
+        return exe
+    stats.cache = f"miss {key[:16]}, stored in {cache.entry(key)}"
+    exe = compile_module(module, target_machine, options, stats)
+    with stats.phase("cache store", "cache"):
+        try:
+            entry = cache.put(key, lambda folder: _write_entry(exe, folder))
+            _map_entry_weights(exe.program, entry)
+        except OSError as e:  # a full or read-only cache must not fail the compile
+            stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
+            log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
+    log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
+    return exe
+
+
+def _io_types(module: Module) -> tuple[str, str]:
+    """The HLO element types of the entry's parameters and results, comma-separated (program meta)."""
+    entry = module.entry
+    root = entry.root.shape
+    outs = root.tuple_shapes if root.is_tuple else (root,)
+    return ",".join(p.shape.dtype for p in entry.parameters), ",".join(s.dtype for s in outs)
 
 
 def _large_constants(module: Module) -> Iterator[np.ndarray]:
@@ -341,6 +264,7 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
     stats = stats or CompileStats()
     verify_module(module)
     capacity.check_module(module, target_machine)
+    input_types, output_types = _io_types(module)
     pipeline = build_pipeline(options.opt_level, options)
     if stats.progress:
         pipeline.progress = lambda name: stats.progress.update(name, len(stats.phases) + len(pipeline.runs))
@@ -350,6 +274,7 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
     result = backend_compile(module, target_machine,
                              options=BackendOptions(list_schedule=options.scheduler == "list"), timer=stats)
     capacity.check_program(result.program, target_machine)
+    result.program.meta.update(input_types=input_types, output_types=output_types)
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(), compile_stats=stats,
                      reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})

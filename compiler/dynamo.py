@@ -32,15 +32,24 @@ from torch import fx
 from torch.utils import _pytree as pytree
 
 from compiler.driver import compile as compile_model
-from compiler.driver import to_numpy
 from compiler.options import CompileOptions
 from frontend.builder import HLO_TO_TORCH
 from frontend.capture import attribute, capture_fx
 from frontend.lowering import lower_graph
 from hlo.errors import NeuroncError
-from isa.dtypes import dtype as isa_dtype
 
 _graph_ids = itertools.count()
+# How often dynamo handed neuronc a graph, how many programs were compiled for them (one per specialization:
+# a new input shape or changed weights compiles again) and how many ran eagerly instead. See compile_stats().
+STATS = {"graphs": 0, "compiles": 0, "eager": 0}
+
+
+def compile_stats(reset: bool = False) -> dict[str, int]:
+    """{"graphs", "compiles", "eager"} since the last reset: recompilations = compiles - graphs."""
+    stats = dict(STATS)
+    if reset:
+        STATS.update(dict.fromkeys(STATS, 0))
+    return stats
 
 
 class NeuroncFallbackWarning(UserWarning):
@@ -48,6 +57,7 @@ class NeuroncFallbackWarning(UserWarning):
 
 
 def _eager(gm: fx.GraphModule, why: str) -> Callable[..., Any]:
+    STATS["eager"] += 1
     warnings.warn(f"neuronc: running a torch.compile graph ({_op_count(gm)} ops) eagerly: {why}",
                   NeuroncFallbackWarning, stacklevel=3)
     return gm.forward
@@ -60,7 +70,7 @@ def _op_count(gm: fx.GraphModule) -> int:
 def _to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     """A numpy result as a torch tensor of ``dtype`` (bf16/fp8 arrive as ml_dtypes arrays, s64 results
     may arrive as int32)."""
-    array = np.ascontiguousarray(array)
+    array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         ints = {torch.bfloat16: np.int16}.get(dtype, np.uint8)
         return torch.from_numpy(array.view(ints).copy()).view(dtype)
@@ -75,14 +85,10 @@ class _Run:
                  out_dtypes: Sequence[torch.dtype], weights: Sequence[torch.Tensor]):
         self.executable, self.fed, self.out_spec = executable, list(fed), out_spec
         self.out_dtypes, self.weights = list(out_dtypes), list(weights)
-        self.to_numpy = to_numpy
-        # the program's own input types (s64 indices, for one, arrive as i32)
-        self.in_dtypes = [isa_dtype(dt).numpy for _, dt, _ in executable.input_specs()]
 
     def __call__(self, *inputs: Any) -> Any:
-        arrays = [self.to_numpy(inputs[i].detach().contiguous()).astype(d, copy=False)
-                  for i, d in zip(self.fed, self.in_dtypes)]
-        outputs = self.executable.run(*arrays)
+        # the executable converts to the program's types (s64 range-checked into i32, bool into i8)
+        outputs = self.executable.run(*[inputs[i].detach().contiguous() for i in self.fed])
         tensors = [_to_torch(a, d) for a, d in zip(outputs, self.out_dtypes)]
         return pytree.tree_unflatten(tensors, self.out_spec)
 
@@ -169,6 +175,7 @@ class CompiledGraph:
         except NeuroncError as e:
             return _eager(self.gm, str(e))
         try:
+            STATS["compiles"] += 1
             executable = compile_model(module, **self.options)
         except NeuroncError as e:
             return _eager(self.gm, f"the compiler cannot handle it yet: {e}")
@@ -190,6 +197,7 @@ def neuronc_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
     if not all(isinstance(v, fx.Node) and isinstance(v.meta.get("example_value"), torch.Tensor) for v in leaves):
         return _eager(gm, "it returns values that are not tensors")
     graph = CompiledGraph(gm, _checked(options))
+    STATS["graphs"] += 1
     if all(isinstance(t, torch.Tensor | bool | int | float) for t in example_inputs):
         first = graph.specialize(example_inputs)  # compile now: a graph that falls back costs nothing
         if first is gm.forward:

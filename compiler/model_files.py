@@ -13,8 +13,8 @@ from hlo.errors import ModelLoadError
 MODEL_SUFFIXES = (".py", ".pt2", ".hlo")
 
 
-def load_model_file(path: str, entry: str = "get_model") -> tuple[Any, tuple]:
-    """Return (model, example_inputs); for .hlo, (path, ()) so that the driver parses it."""
+def load_model_file(path: str, entry: str = "get_model") -> tuple[Any, tuple, dict]:
+    """Return (model, example_inputs, example_kwargs); for .hlo, (path, (), {}) so that the driver parses it."""
     file = Path(path)
     if file.is_dir():
         raise ModelLoadError(f"{path} is a directory, not a model file ({', '.join(MODEL_SUFFIXES)})")
@@ -22,9 +22,9 @@ def load_model_file(path: str, entry: str = "get_model") -> tuple[Any, tuple]:
         raise ModelLoadError(f"{path}: no such file")
     suffix = file.suffix.lower()
     if suffix == ".hlo":
-        return str(file), ()
+        return str(file), (), {}
     if suffix == ".pt2":
-        return _load_exported_program(file), ()
+        return _load_exported_program(file), (), {}
     if suffix == ".py":
         return _load_python_model(file, entry)
     raise ModelLoadError(f"{path}: unknown model format {suffix!r}; expected one of {', '.join(MODEL_SUFFIXES)}")
@@ -40,7 +40,7 @@ def _load_exported_program(file: Path) -> Any:
     return program
 
 
-def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
+def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple, dict]:
     spec = importlib.util.spec_from_file_location(f"neuronc_model_{file.stem}", file)
     if spec is None or spec.loader is None:
         raise ModelLoadError(f"{file}: cannot be imported as a Python module")
@@ -64,9 +64,14 @@ def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
         raise ModelLoadError(f"{file}: {entry}() called sys.exit({e.code!r}){_user_frame(e, file)}") from None
     except Exception as e:
         raise ModelLoadError(f"{file}: {entry}() raised {type(e).__name__}: {e}{_user_frame(e, file)}") from None
-    if not (isinstance(result, tuple) and len(result) == 2):
-        raise ModelLoadError(f"{file}: {entry}() must return (model, example_inputs), got {type(result).__name__}")
-    model, example_inputs = result
+    if not (isinstance(result, tuple) and len(result) in (2, 3)):
+        raise ModelLoadError(f"{file}: {entry}() must return (model, example_inputs) or (model, example_inputs, "
+                             f"example_kwargs), got {type(result).__name__}")
+    model, example_inputs = result[0], result[1]
+    example_kwargs = result[2] if len(result) == 3 else {}
+    if not isinstance(example_kwargs, dict):
+        raise ModelLoadError(f"{file}: {entry}() returned {type(example_kwargs).__name__} as example_kwargs; "
+                             f"expected a dict of keyword arguments")
     import torch
 
     if not isinstance(model, torch.nn.Module | torch.export.ExportedProgram):
@@ -74,7 +79,7 @@ def _load_python_model(file: Path, entry: str) -> tuple[Any, tuple]:
                              f"torch.nn.Module (or a torch.export ExportedProgram)")
     if not isinstance(example_inputs, (tuple, list)):
         example_inputs = (example_inputs,)
-    return model, tuple(example_inputs)
+    return model, tuple(example_inputs), example_kwargs
 
 
 def _user_frame(error: BaseException, file: Path) -> str:

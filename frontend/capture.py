@@ -19,12 +19,13 @@ from typing import Any
 import torch
 from torch import fx
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind, OutputKind
+from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
 
-from hlo.errors import LoweringError
+from hlo.errors import LoweringError, UnsupportedOpError
 
 from . import fx_aliases, fx_trace
-from .graph import CapturedGraph
+from .graph import CapturedGraph, describe
+from .signature import Signature, leaf_names, register_model_pytrees
 
 aten = torch.ops.aten
 
@@ -114,23 +115,30 @@ def _first_lines(exc: BaseException, n: int = 3) -> str:
 
 
 def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Sequence[Any],
-                   name: str | None = None, keep: Collection[str] = ()) -> CapturedGraph:
+                   name: str | None = None, keep: Collection[str] = (),
+                   example_kwargs: dict[str, Any] | None = None) -> CapturedGraph:
     """torch.export the model in eval mode (or take an ExportedProgram) and decompose every op that is
-    not in ``keep`` (the ops with a lowering rule) with torch's core-ATen table."""
+    not in ``keep`` (the ops with a lowering rule) with torch's core-ATen table. The model is called as
+    ``model(*example_inputs, **example_kwargs)``; cache objects among them (or among the outputs) are
+    flattened (signature.register_model_pytrees)."""
     name = name or model_name(model)
+    register_model_pytrees(model)
     try:
         with quiet():
             if isinstance(model, ExportedProgram):
                 ep = model
             else:
                 with eval_mode(model):
-                    ep = torch.export.export(model, tuple(example_inputs))
+                    ep = torch.export.export(model, tuple(example_inputs), dict(example_kwargs or {}) or None)
             if not _lowerable_as_is(ep, keep):  # (a re-trace: skipped when it would change nothing)
                 ep = ep.run_decompositions(decomposition_table(keep))
     except Exception as e:  # torch raises many unrelated types here; report its own words
-        raise LoweringError(f"torch.export failed for {name}: {_first_lines(e)}") from e
+        hint = _DATA_DEPENDENT if "unbacked" in str(e).lower() or "data-dependent" in str(e).lower() else ""
+        raise LoweringError(f"torch.export failed for {name}: {_first_lines(e)}{hint}") from e
 
     sig = ep.graph_signature
+    if any(s.kind == OutputKind.TOKEN for s in sig.output_specs):
+        raise UnsupportedOpError(f"{name}: {_effects(ep.graph, keep)}")
     mutations = [s for s in sig.output_specs if s.kind not in (OutputKind.USER_OUTPUT,)]
     if mutations:
         raise LoweringError(f"{name}: the model mutates state in forward "
@@ -148,7 +156,35 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
             raise LoweringError(f"{name}: unsupported exported input kind {spec.kind.name} ({node.name})")
     output_node = next(n for n in ep.graph.nodes if n.op == "output")
     outputs = list(output_node.args[0])
-    return CapturedGraph(name, ep.graph, inputs, constants, outputs, "export")
+    user = [s for s in sig.input_specs if s.kind == InputKind.USER_INPUT]
+    leaves = [node.meta.get("val") if isinstance(s.arg, TensorArgument) else getattr(s.arg, "value", None)
+              for node, s in zip(inputs, user, strict=True)]
+    if isinstance(model, ExportedProgram):
+        names = [node.name for node in inputs]
+    else:
+        names = leaf_names((tuple(example_inputs), dict(example_kwargs or {})))
+    signature = Signature.from_example(ep.call_spec.in_spec, leaves, names, ep.call_spec.out_spec)
+    return CapturedGraph(name, ep.graph, inputs, constants, outputs, "export", signature=signature)
+
+
+_DATA_DEPENDENT = ("\n(a shape, a slice start or a length computed from tensor data, as in narrow() or a slice "
+                   "with a tensor start, or .item(): compiled programs have static shapes and offsets; pass such a "
+                   "value as a Python int, or use torch.index_select / torch.gather with the tensor)")
+
+
+def _effects(graph: fx.Graph, keep: Collection[str]) -> str:
+    """What a graph with effect tokens does: torch.export keeps an op with a side effect (such as the error check
+    that torch.linalg.inv runs on its result, aten._linalg_check_errors) ordered by a token; the ops around it
+    without a lowering rule are named with their source lines."""
+    effects = [n for n in graph.nodes if n.op == "call_function" and n.target is torch.ops.higher_order.with_effects]
+    checks = sorted({str(n.args[1]) for n in effects if len(n.args) > 1})
+    missing = [n for n in graph.nodes if n.op == "call_function" and n.target is not operator.getitem
+               and n.target is not torch.ops.higher_order.with_effects and str(n.target) not in keep]
+    parts = [f"unsupported PyTorch operators: {', '.join(f'{n.target} ({describe(n)})' for n in missing)}"] \
+        if missing else []
+    parts.append(f"operators with a side effect ({', '.join(checks) or 'effect tokens'}), which the compiler "
+                 f"does not support")
+    return "; ".join(parts)
 
 
 def capture_fx(model: torch.nn.Module, example_inputs: Sequence[Any], name: str | None = None) -> CapturedGraph:

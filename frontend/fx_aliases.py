@@ -73,6 +73,13 @@ def _to(x: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
     return (x,), {"dtype": dtype}
 
 
+def _type(x: Any, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> tuple[tuple, dict]:
+    """x.type(dtype): a cast (x.type() without a dtype returns a string, not a tensor)."""
+    if not isinstance(dtype, torch.dtype):
+        raise LoweringError(f"Tensor.type({dtype!r}) is supported with a torch.dtype only")
+    return (x,), {"dtype": dtype}
+
+
 def _cast(dtype: torch.dtype) -> Adapter:
     return lambda x, *a, **k: ((x,), {"dtype": dtype})
 
@@ -387,6 +394,7 @@ METHODS: dict[str, tuple[OpName, Adapter]] = {
     "new_ones": ("aten.new_ones.default", _new),
     "new_full": ("aten.new_full.default", _new_full),
     "to": ("aten._to_copy.default", _to),
+    "type": ("aten._to_copy.default", _type),
     "float": ("aten._to_copy.default", _cast(torch.float32)),
     "half": ("aten._to_copy.default", _cast(torch.float16)),
     "bfloat16": ("aten._to_copy.default", _cast(torch.bfloat16)),

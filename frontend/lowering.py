@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import operator
-import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -41,7 +40,7 @@ from . import (
     ops_update,
 )
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
-from .graph import Call, CapturedGraph
+from .graph import Call, CapturedGraph, describe, source_location
 
 Rule = Callable[..., Any]
 
@@ -66,30 +65,6 @@ PYTHON_RULES: dict[str, Rule] = {"operator.getitem": ops_shape.basic_index, "ope
 def supported_operators() -> list[str]:
     """The ATen overloads with a lowering rule, sorted."""
     return sorted(LOWERINGS)
-
-
-# ---- source locations ---------------------------------------------------------------------------
-_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)')
-_SKIP_DIRS = (os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep)
-
-
-def source_location(node: fx.Node) -> tuple[str, int] | None:
-    """The innermost frame of the node's stack trace that is user code (not torch, not us)."""
-    trace = node.meta.get("stack_trace") or ""
-    frames = [(m["file"], int(m["line"])) for m in _FRAME.finditer(trace)]
-    user = [f for f in frames if not f[0].startswith(_SKIP_DIRS)]
-    return user[-1] if user else None
-
-
-def _short(path: str) -> str:
-    rel = os.path.relpath(path) if os.path.isabs(path) else path
-    return path if rel.startswith("..") else rel
-
-
-def describe(node: fx.Node) -> str:
-    """``node %name at file.py:12`` (without the location when torch does not know it)."""
-    loc = source_location(node)
-    return f"node %{node.name}" + (f" at {_short(loc[0])}:{loc[1]}" if loc else "")
 
 
 _DYNAMO_ROOT = re.compile(r"^L\[?'?self'?\]?\.?|^L__self__\.?")

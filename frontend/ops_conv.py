@@ -47,7 +47,9 @@ def convolution(b: HloBuilder, x: Instruction, weight: Instruction, bias: Instru
     require(x.shape.dtype == weight.shape.dtype, f"convolution of {x.shape.dtype} and {weight.shape.dtype}")
     spatial = _SPATIAL[:n]
     strides, pads, dils = _ints(stride, n, "stride"), _ints(padding, n, "padding"), _ints(dilation, n, "dilation")
-    if transposed:
+    if not transposed and _is_patchify(weight, strides, pads, dils, int(groups)):
+        out = _patchify(b, x, weight, strides)
+    elif transposed:
         out = _transposed(b, x, weight, strides, pads, dils, _ints(output_padding, n, "output_padding"), int(groups))
     else:
         window = Window.make(weight.shape.dims[2:], stride=strides, pad=[(p, p) for p in pads], rhs_dilate=dils)
@@ -56,6 +58,31 @@ def convolution(b: HloBuilder, x: Instruction, weight: Instruction, bias: Instru
     if bias is not None:
         out = b.binary("add", out, b.broadcast(b.convert(bias, out.shape.dtype), out.shape.dims, (1,)))
     return out
+
+
+def _is_patchify(weight: Instruction, strides: list[int], pads: list[int], dils: list[int], groups: int) -> bool:
+    """A patch embedding (ViT's 16x16 stride-16 convolution): windows that tile the input without overlap."""
+    kernel = list(weight.shape.dims[2:])
+    return (groups == 1 and not any(pads) and all(d == 1 for d in dils) and strides == kernel
+            and any(k > 1 for k in kernel))
+
+
+def _patchify(b: HloBuilder, x: Instruction, weight: Instruction, strides: list[int]) -> Instruction:
+    """A convolution whose windows tile the input as one dot: the input reshaped into patches
+    [B, C, o0, k0, o1, k1] (the rows and columns past the last whole window dropped), contracted over
+    (C, k0, k1) with the weight [O, C, k0, k1]; then [B, o0, o1, O] back to [B, O, o0, o1]. A matmul tiles
+    any patch size, where a windowed convolution must hold the input rows of a whole window in SBUF."""
+    n = len(strides)
+    outs = [size // k for size, k in zip(x.shape.dims[2:], strides, strict=True)]
+    x = b.slice(x, [(0, x.shape.dims[0], 1), (0, x.shape.dims[1], 1)]
+                + [(0, o * k, 1) for o, k in zip(outs, strides, strict=True)])
+    dims = list(x.shape.dims[:2])
+    for o, k in zip(outs, strides, strict=True):
+        dims += [o, k]
+    patches = b.reshape(x, dims)
+    out = b.dot(patches, weight, [1] + [3 + 2 * i for i in range(n)], list(range(1, n + 2)))
+    # out: [B, o0, (o1,) O]
+    return b.transpose(out, [0, n + 1, *range(1, n + 1)])
 
 
 def _transposed(b: HloBuilder, x: Instruction, weight: Instruction, strides: list[int], pads: list[int],

@@ -93,14 +93,42 @@ def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) 
     if len(present) == 1 and present[0][1].shape.dtype != "pred":
         d, i = present[0]
         return take(b, x, d, _index(b, i, x.shape.dims[d]))
-    starts, dims, batch = index_tensor(b, x, indices)
+    return _linearized(b, x, present)
+
+
+def _linearized(b: HloBuilder, x: Instruction, present: list[tuple[int, Instruction]]) -> Instruction:
+    """``x[i0, :, i2]`` with several index tensors as one single-dimension gather: the indexed dims moved to
+    the front and merged into one (row-major), the indices combined into one row number
+    (``i0 * n2 + i2``). The index dims go where torch puts them: in place of the indexed dims when those are
+    adjacent, else in front."""
+    for _, i in present:
+        require(i.shape.dtype != "pred", "indexing with a boolean mask has a data-dependent shape; "
+                                         "use torch.where or masked_fill instead")
+    dims = [d for d, _ in present]
+    batch: tuple[int, ...] = ()
+    for _, i in present:
+        batch = broadcast_dims(batch, i.shape.dims)
     kept = [d for d in range(x.shape.rank) if d not in dims]
+    sizes = [x.shape.dims[d] for d in dims]
+    rows = 1
+    for n in sizes:
+        rows *= n
+    linear = None
+    stride = rows
+    for (_, i), n in zip(present, sizes, strict=True):
+        stride //= n
+        term = b.broadcast_to(_index(b, i, n), batch)
+        if stride != 1:
+            term = b.binary("multiply", term, b.full(stride, _INDEX, batch))
+        linear = term if linear is None else b.binary("add", linear, term)
+    table = b.reshape(b.transpose(x, dims + kept), [rows, *(x.shape.dims[d] for d in kept)])
+    out = take(b, table, 0, linear)  # batch..., kept...
     adjacent = dims == list(range(dims[0], dims[-1] + 1))
-    first = dims[0] if adjacent else 0  # where the index dims go in the result
-    offsets = [p if p < first else p + len(batch) for p in range(len(kept))]
-    sizes = [1 if d in dims else n for d, n in enumerate(x.shape.dims)]
-    return b.gather(x, starts, offset_dims=offsets, collapsed_slice_dims=tuple(dims), start_index_map=tuple(dims),
-                    index_vector_dim=len(batch), slice_sizes=sizes)
+    if not adjacent:
+        return out
+    nb, before = len(batch), len([d for d in kept if d < dims[0]])
+    perm = [nb + k for k in range(before)] + list(range(nb)) + [nb + k for k in range(before, len(kept))]
+    return out if perm == list(range(len(perm))) else b.transpose(out, perm)
 
 
 def flip(b: HloBuilder, x: Instruction, dims: Sequence[int]) -> Instruction:

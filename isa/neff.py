@@ -317,6 +317,11 @@ def decode(data: bytes, *, weights_dir: str | os.PathLike | None = None, verify_
                       meta=header["meta"], origins=_decode_origins(header.get("origins", {})))
     for name, kind, dtype, shape in header["tensors"]:
         program.tensors[name] = TensorDecl(name, kind, dtype, tuple(shape))
+    for kind, names in (("input", program.inputs), ("output", program.outputs)):
+        for name in names:
+            decl = program.tensors.get(name)
+            if decl is None or decl.kind != kind:
+                raise NeffError(f"malformed program: its {kind} {name!r} is not a declared {kind} tensor")
     program.instructions = _decode_instructions(sections[SECTION_INSTRUCTIONS], list(program.tensors),
                                                 strings, version)
     if not external:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv with the project and its dev dependencies, once (re-run when pyproject.toml changes).
+# Create .venv with the project and its dev and models dependencies, once (re-run when pyproject.toml changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3.11}
@@ -12,6 +12,7 @@ fi
 if [[ ! -f $stamp || $(cat "$stamp") != "$want" ]]; then
     # torch is pinned to 2.13.0: the CPU wheel; an unpinned torch would pull GBs of CUDA packages.
     .venv/bin/pip install --quiet --disable-pip-version-check "torch==2.13.0"
-    .venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev]"
+    # models: transformers, for the examples and their tests (tests/models skip without it)
+    .venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev,models]"
     echo "$want" > "$stamp"
 fi

@@ -116,16 +116,52 @@ def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, e
                                    f"(lhs {lhs.dims}, rhs {rhs.dims})")
         return result[0]
 
-    lhs_n = merged(lhs.transpose(lb + lf + lc), [(nb, len(lf)), (nb + len(lf), len(lc))], "lhs")
-    rhs_n = merged(rhs.transpose(rb + rc + rf), [(nb, len(rc)), (nb + len(rc), len(rf))], "rhs")
-    out_groups = [(nb, len(lf)), (nb + len(lf), len(rf))]
-    out_n = _merge_groups([out], out_groups)
+    lhs_t, rhs_t = lhs.transpose(lb + lf + lc), rhs.transpose(rb + rc + rf)
+    leaves = [n for n in view_nodes(epilogue) if n.view is not None]
+    outs = [out] + [n.view for n in leaves]
+    nlf, nrf = len(lf), len(rf)
+    out_n = _merge_groups([out], [(nb, nlf), (nb + nlf, nrf)])
+    if out_n is None:
+        lhs_t, rhs_t, outs, nb, nlf, nrf = _peel(lhs_t, rhs_t, outs, nb, nlf, len(lc), nrf)
+        out_n = _merge_groups(outs[:1], [(nb, nlf), (nb + nlf, nrf)])
     if out_n is None:
         raise CompilationError(f"{where}: dot whose output view {out.dims} cannot be merged into a matrix")
-    leaves = view_nodes(epilogue)
-    views = {id(n): merged(n.view, out_groups, "epilogue operand") for n in leaves if n.view is not None}
+    out_groups = [(nb, nlf), (nb + nlf, nrf)]
+    lhs_n = merged(lhs_t, [(nb, nlf), (nb + nlf, len(lc))], "lhs")
+    rhs_n = merged(rhs_t, [(nb, len(rc)), (nb + len(rc), nrf)], "rhs")
+    views = {id(n): merged(v, out_groups, "epilogue operand") for n, v in zip(leaves, outs[1:], strict=True)}
     epilogue = substitute_views(epilogue, views)
     return DotPlan(name, where, lhs_n, rhs_n, out_n[0], epilogue, compute_dtype(lhs, rhs, where))
+
+
+def _peel(lhs: View, rhs: View, outs: list[View], nb: int, nlf: int, nc: int,
+          nrf: int) -> tuple[View, View, list[View], int, int, int]:
+    """An output whose free dims cannot be merged into a matrix (e.g. a projection written straight into a
+    [batch, heads, seq, head_dim] layout): the leading free dims of the side that does not merge become batch
+    dims, the other operand broadcast along them (stride 0), until the rest merges. lhs is (B, LF, C), rhs
+    (B, C, RF), outs (B, LF, RF); returns them with the new dim counts."""
+
+    def fits(views: list[View], b: int, f1: int, f2: int) -> bool:
+        return _merge_groups(views[:1], [(b, f1), (b + f1, f2)]) is not None
+
+    for j in range(1, nrf):  # peel RF dims: out (B, RF[:j], LF, RF[j:]); lhs broadcast
+        perm = tuple(range(nb)) + tuple(nb + nlf + i for i in range(j)) + tuple(range(nb, nb + nlf)) + tuple(
+            range(nb + nlf + j, nb + nlf + nrf))
+        cand = [v.transpose(perm) for v in outs]
+        if fits(cand, nb + j, nlf, nrf - j):
+            peeled = rhs.dims[nb + nc:nb + nc + j]
+            dims = lhs.dims[:nb] + peeled + lhs.dims[nb:]
+            lhs_b = lhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
+            rperm = tuple(range(nb)) + tuple(nb + nc + i for i in range(j)) + tuple(range(nb, nb + nc)) + tuple(
+                range(nb + nc + j, nb + nc + nrf))
+            return lhs_b, rhs.transpose(rperm), cand, nb + j, nlf, nrf - j
+    for j in range(1, nlf):  # peel LF dims: out (B, LF[:j], LF[j:], RF); rhs broadcast
+        if fits(outs, nb + j, nlf - j, nrf):
+            peeled = lhs.dims[nb:nb + j]
+            dims = rhs.dims[:nb] + peeled + rhs.dims[nb:]
+            rhs_b = rhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
+            return lhs, rhs_b, outs, nb + j, nlf - j, nrf
+    return lhs, rhs, outs, nb, nlf, nrf
 
 
 def arrange_const(builder: ProgramBuilder, view: View, compute: str) -> View:
@@ -171,7 +207,8 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, mt, dry_leaves, acc=dry_acc, coords=Coords(
         p_axis, 0, ((f_axis, 0, mt),))).run(plan.epilogue, dry_acc))
 
-    def pool_specs(resident: bool, caps: tuple[int, int]) -> tuple[list[PoolSpec], int, int, int]:
+    def pool_specs(resident: bool, caps: tuple[int, int], kt: int = nk, stat0: KOperand = stat0,
+                   mov0: KOperand = mov0) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
         blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
@@ -180,13 +217,13 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
                  PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
                           max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
-                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else nk * pmax * csz, opts.stationary_buffers * most,
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz, opts.stationary_buffers * most,
                           source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
         cols = F if resident else min(F, group * mt)
-        specs += [PoolSpec("mov", "sbuf", 0 if mov0.in_sbuf else nk * cols * csz,
+        specs += [PoolSpec("mov", "sbuf", 0 if mov0.in_sbuf else kt * cols * csz,
                            1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
@@ -198,6 +235,15 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         if builder.alloc.fits(specs) or caps == (1, 1):
             break
         caps = (caps[0], caps[1] - 1) if caps[1] > 1 else (caps[0] - 1, 1)
+    kc = nk  # K-tiles per chunk: fewer when even one block and one moving tile of the whole K do not fit
+    while not resident and kc > 1 and not builder.alloc.fits(specs):
+        kc = -(-kc // 2)
+        s0, m0 = (KOperand(builder, _k_slice(op.view, 0, kc * parts), plan.compute, op.role, allow_image=img)
+                  for op, img in ((stat0, stat_image), (mov0, mov_image)))
+        for caps in _caps_descending((opts.max_stationary_blocks, opts.group_banks)):
+            specs, blocks, group, first = pool_specs(False, caps, kc, s0, m0)
+            if builder.alloc.fits(specs):
+                break
     groups = [f_tiles[i:i + group] for i in range(0, len(f_tiles), group)]
     psum_banks = sum(s.bufs for s in specs if s.memory == "psum")
     if psum_banks > builder.alloc.banks:
@@ -211,6 +257,23 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
 
     p_blocks = [(p0, min(pmax, P - p0)) for p0 in range(0, P, pmax)]
     supers = [p_blocks[:first]] + [p_blocks[i:i + blocks] for i in range(first, len(p_blocks), blocks)]
+    if kc < nk:
+        k_chunks = [(k0, min(kc * parts, K - k0)) for k0 in range(0, K, kc * parts)]
+        for index in batches:
+            tag = f"{plan.name}{list(index) if index else ''}"
+            chunks = []
+            for k0, kn in k_chunks:
+                ops = [KOperand(builder, _k_slice(_index(full, index), k0, kn), plan.compute, role,
+                                f"{tag} k{k0}", allow_image=img)
+                       for full, role, img in ((stat_full, "stat", stat_image), (mov_full, "mov", mov_image))]
+                for op in ops:
+                    op.bind(pools)
+                chunks.append(ops)
+            loop = _ChunkedLoop(builder, plan, pools, loader, temps, chunks[0][0], chunks[0][1],
+                                dict(enumerate(index)), tag, p_axis, f_axis, pmax, nk)
+            loop.run_chunks(chunks, [p_blocks[i:i + blocks] for i in range(0, len(p_blocks), blocks)], groups)
+        builder.alloc.end_kernel()
+        return
     for index in batches:
         tag = f"{plan.name}{list(index) if index else ''}"
         stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag, allow_image=stat_image)
@@ -306,6 +369,46 @@ class _Loop:
                               coords=coords).run(plan.epilogue, dst)
                 if on_chip is None:
                     self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
+
+
+class _ChunkedLoop(_Loop):
+    """The loop nest when K does not fit SBUF whole: per (stationary blocks, moving tiles) group, the K chunks
+    one after the other, each loaded and multiplied into the same PSUM accumulators (acc=0 only on the first
+    K-tile of the first chunk), then one epilogue."""
+
+    def run_chunks(self, chunks: list[list[KOperand]], supers: list[list[tuple[int, int]]], groups) -> None:
+        b = self.b
+        for sb in supers:
+            for grp in groups:
+                accs = {(p0, f0): self.pools["acc"].next() for p0, _ in sb for f0, _ in grp}
+                g0 = grp[0][0]
+                gcols = grp[-1][0] + grp[-1][1] - g0
+                for ci, (stat, mov) in enumerate(chunks):
+                    blocks = [stat.load(None if stat.in_sbuf else self.pools["stat"].next(), p0, pw, self.pmax)
+                              for p0, pw in sb]
+                    moving = mov.load(None if mov.in_sbuf else self.pools["mov"].next(), g0, gcols, gcols)
+                    for kt in range(stat.nk):
+                        for (p0, pw), block in zip(sb, blocks, strict=True):
+                            b.load_stationary(block.ap(kt, p0, pw), f"{self.tag} p{p0} c{ci} k{kt}")
+                            for f0, fw in grp:
+                                b.multiply_moving(accs[p0, f0].flat("f32", pw, fw), moving.ap(kt, f0, fw),
+                                                  acc=ci > 0 or kt > 0,
+                                                  comment=f"{self.tag} p{p0} f{f0} c{ci} k{kt}")
+                self.epilogues(sb, grp, accs, None)
+
+
+def _k_slice(view: View, k0: int, kn: int) -> View:
+    """Rows [k0, k0 + kn) of a [K, C] operand view."""
+    return view.slice(((k0, k0 + kn, 1), (0, view.dims[1], 1)))
+
+
+def _caps_descending(caps: tuple[int, int]):
+    """(R, G) caps from the largest down to (1, 1): fewer moving tiles first, then fewer blocks."""
+    while True:
+        yield caps
+        if caps == (1, 1):
+            return
+        caps = (caps[0], caps[1] - 1) if caps[1] > 1 else (caps[0] - 1, 1)
 
 
 def _first_blocks(n_p: int, n_f: int, opts) -> int:

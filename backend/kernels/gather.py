@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
@@ -74,8 +76,7 @@ def plan_gather(inst: HloInstruction, name: str, operand: View, indices: View, o
     if partial or g.slice_sizes[a] != 1:
         raise CompilationError(f"{where}: gather of partial slices (slice_sizes={list(g.slice_sizes)}) is not "
                                "supported by the backend; whole rows along the non-indexed dimensions are")
-    if operand.dtype not in ("f32", "bf16", "f16"):
-        raise CompilationError(f"{where}: gather from a {operand.dtype} operand is not supported by the backend")
+    compute = _compute_dtype(operand, where)
     window = [d for d in range(rank) if d not in g.collapsed_slice_dims]
     out_of = dict(zip(window, g.offset_dims, strict=True))  # operand dim -> out dim
     rest = [d for d in range(rank) if d != a]
@@ -98,7 +99,23 @@ def plan_gather(inst: HloInstruction, name: str, operand: View, indices: View, o
         raise CompilationError(f"{where}: the gather's index batch or row dimensions cannot be merged into one "
                                "by strides (store them row-major)")
     epilogue = with_views(epilogue, leaves, merged[1:])
-    return GatherPlan(name, where, table, ids, merged[0], epilogue, operand.dtype)
+    return GatherPlan(name, where, table, ids, merged[0], epilogue, compute)
+
+
+def _compute_dtype(operand: View, where: str) -> str:
+    """The dtype of the one-hot matmul: the table's own for floats; fp32 for an integer or pred table whose
+    values fp32 holds exactly (i8 always; i32 when the table is a constant below 2^24 in magnitude)."""
+    if operand.dtype in ("f32", "bf16", "f16"):
+        return operand.dtype
+    if operand.dtype == "i8":
+        return "f32"
+    if operand.dtype == "i32" and operand.is_const:
+        values = operand.const_array()
+        if values.size == 0 or int(np.max(np.abs(values.astype(np.int64)))) < EXACT_INDEX:
+            return "f32"
+    raise CompilationError(f"{where}: gather from a {operand.dtype} operand is not supported by the backend "
+                           f"(floats, pred/s8, and constant s32 tables below 2^24 are: the rows are picked by "
+                           f"an fp32 matmul)")
 
 
 def gather_kernel(builder: ProgramBuilder, plan: GatherPlan) -> None:
@@ -113,9 +130,10 @@ class _GatherKernel:
         if table.is_const:
             table = builder.new_const(table.const_array(), plan.compute)
         self.table = table
+        self.ids = builder.new_const(plan.ids.const_array(), "i32") if plan.ids.is_const else plan.ids
         self.casting = table.stored_dtype != plan.compute
         self.V, self.D = table.dims
-        self.B = plan.ids.dims[0]
+        self.B = self.ids.dims[0]
         self.cols = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"], self.D)
         self.group = max(1, builder.options.psum_acc_banks // 2) * self.cols  # columns per accumulation group
         self.v_tiles = [(v0, min(self.parts, self.V - v0)) for v0 in range(0, self.V, self.parts)]
@@ -125,8 +143,8 @@ class _GatherKernel:
 
     def run(self) -> None:
         b, plan, opts = self.b, self.plan, self.b.options
-        if plan.ids.dtype != "i32":
-            raise CompilationError(f"{plan.where}: gather indices of type {plan.ids.dtype} are not supported "
+        if self.ids.dtype != "i32":
+            raise CompilationError(f"{plan.where}: gather indices of type {self.ids.dtype} are not supported "
                                    "by the backend (s32 are)")
         if self.V > EXACT_INDEX:
             raise CompilationError(f"{plan.where}: a gather from {self.V} rows: indices are compared in fp32, "
@@ -165,7 +183,7 @@ class _GatherKernel:
         """The indices [b0, b0 + bw) on every partition, clamped into [0, V) as fp32 (exact below 2^24)."""
         b, plan = self.b, self.plan
         raw = self.pools["ids"].next()
-        b.dma(raw.flat("i32", rows, bw), simplified(plan.ids.hbm_ap(None, 0, rows, [(0, b0, bw)])),
+        b.dma(raw.flat("i32", rows, bw), simplified(self.ids.hbm_ap(None, 0, rows, [(0, b0, bw)])),
               f"{plan.name} ids {b0} load")
         ids = self.pools["idf"].next()
         b.emit(b.pick_engine(("dve", "pool")), "tensor_scalar", f"{plan.name} ids {b0} clamp",

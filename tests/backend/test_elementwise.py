@@ -144,15 +144,3 @@ ENTRY %main (x: f32[4,4]) -> f32[4,4] {{
 """)
     with pytest.raises(CompilationError, match=what.replace("(", r"\(").replace(")", r"\)")):
         compile_module(module, "trn1")
-
-
-def test_kernel_that_cannot_fit_is_reported():
-    module = parse_module("""HloModule m
-ENTRY %main (x: f32[64,1000000], w: f32[1000000,8]) -> f32[64,8] {
-  %x = f32[64,1000000] parameter(0)
-  %w = f32[1000000,8] parameter(1)
-  ROOT %d = f32[64,8] dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
-}
-""")
-    with pytest.raises(CompilationError, match=r"%d \(dot\).*SBUF"):
-        compile_module(module, "trn1")

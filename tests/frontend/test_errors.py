@@ -85,7 +85,7 @@ def test_rule_rejecting_an_argument_names_op_node_and_line():
 def test_export_failure_is_a_lowering_error():
     with pytest.raises(LoweringError, match=r"^torch\.export failed for Branchy: ") as info:
         frontend.import_model(Branchy(), (torch.randn(3),))
-    assert "Traceback" not in str(info.value) and len(str(info.value).splitlines()) <= 3
+    assert "Traceback" not in str(info.value) and len(str(info.value).splitlines()) <= 4  # 3 of torch + our hint
 
 
 def test_symbolic_trace_failure_is_a_lowering_error():

@@ -1,0 +1,222 @@
+"""Real models at full size: every transformers example of examples/ compiled, emulated and compared with eager.
+
+    PYTHONPATH=. python benchmarks/real_models.py                      # all examples, full size
+    PYTHONPATH=. python benchmarks/real_models.py --models gpt2 bert   # some of them
+    PYTHONPATH=. python benchmarks/real_models.py --depth 2            # 2 layers (blocks per stage)
+
+Per model and per precision (fp32, and `--auto-cast matmult`): compile wall time; max rel error against torch
+eager (max abs error / max abs reference, the worst output); simulated time; MFU; sim/bound, where bound =
+max(FLOPs at the PE peak of the precision, compulsory HBM bytes at HBM bandwidth), both figures from the target
+file (isa/targets/trn1.json: PE clock x 128 x 128 MACs, fp32 at 1/fp32_factor of it; hbm.bytes_per_ns).
+Compulsory bytes are the program's inputs, outputs and constants in their compiled dtype, each moved once,
+except that an embedding table counts only the rows gathered (unless it is also a matmul weight, tied).
+FLOPs are torch's count (torch.utils.flop_counter) of the eager model. Emulate s is the emulator's wall time,
+eager s torch's (CPU, fp32). A model that fails is reported with its error and the table goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils import _pytree as pytree
+from torch.utils.flop_counter import FlopCounterMode
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import compiler  # noqa: E402
+from compiler.model_files import load_model_file  # noqa: E402
+from frontend.signature import register_model_pytrees  # noqa: E402
+from isa.target import load_target  # noqa: E402
+
+EXAMPLES = ("gpt2", "bert", "llama", "t5_encoder", "vit", "resnet50", "convnext")
+CASTS = ("none", "matmult")
+
+
+@dataclass
+class Run:
+    """One compilation of a model (one auto-cast setting) and its emulation."""
+
+    status: str = "ok"
+    compile_s: float = float("nan")
+    rel_err: float = float("nan")
+    sim_us: float = float("nan")
+    mfu: float = float("nan")
+    sim_over_bound: float = float("nan")
+    bound: str = ""
+    emulate_s: float = float("nan")
+
+
+@dataclass
+class Row:
+    model: str
+    params_m: float = float("nan")
+    gflop: float = float("nan")
+    eager_s: float = float("nan")
+    runs: dict[str, Run] = field(default_factory=dict)
+
+
+def load_example(name: str) -> tuple[torch.nn.Module, tuple, dict]:
+    """examples/<name>.py's (or a path's) get_model() as (model, args, kwargs)."""
+    path = Path(name) if name.endswith(".py") else ROOT / "examples" / f"{name}.py"
+    return load_model_file(str(path))
+
+
+def leaves(value: Any) -> list[np.ndarray]:
+    """The tensors of a model output (ModelOutput, tuple, cache, ...) as fp32 numpy arrays, in pytree order."""
+    return [t.detach().float().numpy() for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def rel_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
+    """The worst output's max abs error over its max abs reference."""
+    if len(actual) != len(expected):
+        raise ValueError(f"{len(actual)} outputs, eager gives {len(expected)}")
+    worst = 0.0
+    for a, e in zip(actual, expected, strict=True):
+        a = np.asarray(a, dtype=np.float32).reshape(e.shape)
+        scale = float(np.max(np.abs(e))) or 1.0
+        worst = max(worst, float(np.max(np.abs(a - e))) / scale)
+    return worst
+
+
+def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> list[tuple[tuple[int, ...], int]]:
+    """(table shape, rows gathered) of every embedding whose table is not also a matmul weight (tied)."""
+    weights = {id(m.weight) for m in model.modules()
+               if isinstance(m, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Conv2d)}
+    # transformers' Conv1D (GPT-2) keeps its weight as a parameter named weight too
+    weights |= {id(m.weight) for m in model.modules()
+                if type(m).__name__ == "Conv1D" and hasattr(m, "weight")}
+    found: list[tuple[tuple[int, ...], int]] = []
+    hooks = []
+    for m in model.modules():
+        if isinstance(m, torch.nn.Embedding) and id(m.weight) not in weights:
+            hooks.append(m.register_forward_hook(
+                lambda mod, inp, out: found.append((tuple(mod.weight.shape), int(torch.unique(inp[0]).numel())))))
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    finally:
+        for h in hooks:
+            h.remove()
+    return found
+
+
+def compulsory_bytes(program: Any, savings: list[tuple[tuple[int, ...], int]]) -> int:
+    total = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "output", "constant"))
+    constants = [t for t in program.tensors.values() if t.kind == "constant"]
+    for shape, rows in savings:
+        table = next((t for t in constants if tuple(t.shape) == shape), None)
+        if table is not None:
+            constants.remove(table)
+            total -= table.nbytes - table.nbytes // shape[0] * rows
+    return total
+
+
+def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expected: list[np.ndarray],
+             flops: float, savings: list, target: Any) -> Run:
+    run = Run()
+    try:
+        start = time.perf_counter()
+        exe = compiler.compile(model, args, example_kwargs=kwargs, auto_cast=cast)
+        run.compile_s = time.perf_counter() - start
+        start = time.perf_counter()
+        outputs, prof = exe.run_with_profile(*args, **kwargs)
+        run.emulate_s = time.perf_counter() - start
+        run.rel_err = rel_error([np.asarray(r, dtype=np.float32) for r in outputs], expected)
+        run.sim_us, run.mfu = prof.time_us, prof.mfu
+        peak = target.pe_peak_flops_bf16  # FLOP/s
+        if cast == "none":
+            peak /= target.data["pe"]["fp32_factor"]
+        hbm_us = compulsory_bytes(exe.program, savings) / (target.data["hbm"]["bytes_per_ns"] * 1e3)
+        pe_us = flops / peak * 1e6
+        run.bound = "pe" if pe_us >= hbm_us else "hbm"
+        run.sim_over_bound = prof.time_us / max(pe_us, hbm_us)
+    except Exception as e:  # report and go on: the table lists every model, whatever its status
+        run.status = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        if os.environ.get("NEURONC_BENCH_TRACE"):
+            traceback.print_exc()
+    return run
+
+
+def bench(name: str, casts: tuple[str, ...], target: Any) -> Row:
+    row = Row(name)
+    try:
+        model, args, kwargs = load_example(name)
+    except Exception as e:
+        row.runs = {c: Run(status=f"load failed: {type(e).__name__}: {e}") for c in casts}
+        return row
+    register_model_pytrees(model)
+    row.params_m = sum(p.numel() for p in model.parameters()) / 1e6
+    with torch.no_grad():
+        model(*args, **kwargs)  # warm-up
+        start = time.perf_counter()
+        out = model(*args, **kwargs)
+        row.eager_s = time.perf_counter() - start
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(*args, **kwargs)
+    row.gflop = counter.get_total_flops() / 1e9
+    expected = leaves(out)
+    savings = embedding_savings(model, args, kwargs)
+    for cast in casts:
+        row.runs[cast] = run_once(model, args, kwargs, cast, expected, row.gflop * 1e9, savings, target)
+        print(f"  {name} {cast}: {row.runs[cast]}", file=sys.stderr, flush=True)
+    return row
+
+
+def _f(value: float, fmt: str) -> str:
+    return "-" if value != value else format(value, fmt)
+
+
+def table(rows: list[Row], casts: tuple[str, ...]) -> str:
+    head = ["model", "params M", "GFLOP", "eager s"]
+    for cast in casts:
+        tag = "fp32" if cast == "none" else cast
+        head += [f"compile s ({tag})", f"rel err ({tag})", f"sim us ({tag})", f"MFU ({tag})",
+                 f"sim/bound ({tag})", f"emulate s ({tag})"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    notes = []
+    for r in rows:
+        cells = [r.model, _f(r.params_m, ".1f"), _f(r.gflop, ".1f"), _f(r.eager_s, ".2f")]
+        for cast in casts:
+            run = r.runs.get(cast, Run(status="not run"))
+            bound = f"{_f(run.sim_over_bound, '.2f')} ({run.bound})" if run.bound else "-"
+            cells += [_f(run.compile_s, ".1f"), _f(run.rel_err, ".1e"), _f(run.sim_us, ".0f"),
+                      _f(run.mfu * 100, ".1f") + ("%" if run.mfu == run.mfu else ""), bound,
+                      _f(run.emulate_s, ".1f")]
+            if run.status != "ok":
+                notes.append(f"- {r.model} ({'fp32' if cast == 'none' else cast}): {run.status}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=list(EXAMPLES), choices=EXAMPLES)
+    parser.add_argument("--depth", type=int, default=None, help="layers (blocks per stage) instead of the full depth")
+    parser.add_argument("--casts", nargs="+", default=list(CASTS), choices=CASTS)
+    parser.add_argument("--target", default="trn1")
+    opts = parser.parse_args(argv)
+    if opts.depth is not None:
+        os.environ["NEURONC_EXAMPLE_LAYERS"] = str(opts.depth)
+    target = load_target(opts.target)
+    casts = tuple(opts.casts)
+    rows = []
+    for name in opts.models:
+        print(f"{name} ...", file=sys.stderr, flush=True)
+        rows.append(bench(name, casts, target))
+    print(table(rows, casts))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
