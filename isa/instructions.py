@@ -18,12 +18,16 @@ ANY_MEMORY = ("sbuf", "psum", "hbm")
 ACTIVATION_FUNCS = (
     "identity", "copy", "relu", "gelu", "gelu_tanh", "sigmoid", "tanh", "exp", "log",
     "sqrt", "rsqrt", "reciprocal", "square", "silu",
+    "sin", "cos", "tan", "arctan", "erf", "cbrt", "floor", "ceil", "round_even", "round_afz", "abs", "sign",
 )
 COMPARE_OPS = ("is_equal", "not_equal", "is_gt", "is_ge", "is_lt", "is_le")
 ALU_OPS = (
     "add", "subtract", "multiply", "divide", "max", "min", "pow", *COMPARE_OPS,
     "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or",
+    "remainder", "shift_left", "shift_right_logical", "shift_right_arith",
 )
+ROUNDINGS = ("nearest", "zero")  # tensor_copy to an integer type: nearest even, or toward zero (XLA's convert)
+MATH_MODES = ("fp32", "int")  # math=int: GpSimd's exact integer mode (POOL, integer or pred operands only)
 # machine-model.md "Start partition rule": (largest partition count, allowed start partitions)
 START_PARTITIONS: tuple[tuple[int, tuple[int, ...]], ...] = (
     (32, (0, 32, 64, 96)),
@@ -129,21 +133,33 @@ OPCODES: dict[str, OpcodeSpec] = {
             "(ActReadAccumulator, extra cycles from the target file)."),
         _op("tensor_tensor", ("dve", "pool"),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("a", R, ON_CHIP), OperandSpec("b", R, ON_CHIP)],
-            [AttrSpec("op", str, None, ALU_OPS)], "stream2", 4,
+            [AttrSpec("op", str, None, ALU_OPS), AttrSpec("math", str, "fp32", MATH_MODES, optional=True)],
+            "stream2", 4,
             "dst = a <op> b elementwise (fp32 math; comparisons and logical ops give 1.0 or 0.0; "
-            "bitwise ops work on the values as integers). POOL may not touch PSUM."),
+            "bitwise ops and shifts work on the values as 32-bit integers; remainder has the sign of a). "
+            "`math=int` (POOL only; a, b and dst integer types or pred): exact integer math with "
+            "two's-complement wrap to dst's type and XLA's rules: x / 0 = -1, x % 0 = x, "
+            "INT_MIN / -1 = INT_MIN, shifts by amounts outside 0..bits-1 of a's type give 0 (arithmetic "
+            "right: the sign). POOL may not touch PSUM."),
         _op("tensor_scalar", ("dve", "pool"),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP), _vector("scalar_vec"),
              _vector("scalar1_vec")],
             [AttrSpec("op", str, None, ALU_OPS), AttrSpec("scalar", float, None),
              AttrSpec("op1", str, NO_OP, (NO_OP, *ALU_OPS), optional=True),
-             AttrSpec("scalar1", float, 0.0, optional=True)], "stream1", 5,
+             AttrSpec("scalar1", float, 0.0, optional=True),
+             AttrSpec("math", str, "fp32", MATH_MODES, optional=True)], "stream1", 5,
             "dst = (src <op> scalar) <op1> scalar1 elementwise, in fp32 (op1=none: no second "
             "operation). Each scalar is the immediate attribute, or the per-partition [P, 1] vector "
-            "operand `scalar_vec` / `scalar1_vec` when given."),
+            "operand `scalar_vec` / `scalar1_vec` when given. `math=int`: tensor_tensor's exact "
+            "integer mode (immediates must be integers)."),
         _op("tensor_copy", ("act", "dve", "pool"),
-            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)], [], "stream1", 6,
-            "dst = src, converting dtype (round to nearest even; fp8 saturates)."),
+            [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
+            [AttrSpec("round", str, "nearest", ROUNDINGS, optional=True),
+             AttrSpec("math", str, "fp32", MATH_MODES, optional=True)], "stream1", 6,
+            "dst = src, converting dtype (round to nearest even; fp8 saturates; integers saturate; "
+            "pred stores src != 0). `round=zero`: float to integer truncates toward zero, saturates "
+            "and turns NaN into 0 (XLA's convert). `math=int` (POOL, integer or pred types): integer "
+            "to integer keeps the low bits (two's-complement wrap, XLA's convert)."),
         _op("tensor_reduce", ("dve",),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
             [AttrSpec("op", str, None, REDUCE_OPS),

@@ -14,15 +14,20 @@ from functools import lru_cache
 
 import numpy as np
 
+from isa.dtypes import dtype as lookup_dtype
 from isa.emulator.numerics import (
     ACTIVATIONS,
     ALU,
     COMPARE,
+    INT_ALU,
     REDUCE,
+    int_width,
     make_store,
     read_f32,
     read_int,
+    store_wrapped,
 )
+from isa.errors import ProgramError
 from isa.instructions import NO_OP, OPCODES, reduce_axes
 from isa.program import Instruction
 
@@ -59,6 +64,18 @@ class Ctx:
 
     def store(self, name: str = "dst") -> Callable[[np.ndarray, np.ndarray], None]:
         return make_store(self.inst.operands[name].dtype)
+
+    def integer_mode(self) -> bool:
+        """GpSimd's exact integer mode (``math=int``): POOL only, every operand an integer type or pred."""
+        if self.inst.attrs.get("math", "fp32") != "int":
+            return False
+        where = f"{self.inst.engine}.{self.inst.opcode} (line {self.inst.line})"
+        if self.inst.engine != "pool":
+            raise ProgramError(f"{where}: math=int is GpSimd's (pool) integer mode")
+        bad = [n for n, ap in self.inst.operands.items() if not lookup_dtype(ap.dtype).is_integer]
+        if bad:
+            raise ProgramError(f"{where}: math=int needs integer operands; {', '.join(bad)} are not")
+        return True
 
     def same_dtype(self, *names: str) -> bool:
         """Whether the named operands all share one dtype (data can move without conversion)."""
@@ -184,7 +201,39 @@ def _in_domain(op: str, values: np.ndarray) -> np.ndarray:
     return values.astype(F32, copy=False)
 
 
+def _int_scalar(ctx: Ctx, attr: str, vector: str) -> Callable[[], np.ndarray | np.generic]:
+    view = ctx.views.get(vector)
+    if view is not None:
+        return lambda: read_int(view)
+    value = ctx.attr(attr)
+    if float(value) != int(value):
+        raise ProgramError(f"{ctx.inst.engine}.{ctx.inst.opcode} (line {ctx.inst.line}): {attr}={value} is not an "
+                           f"integer, and the operands are integers (GpSimd's integer mode)")
+    value = np.int64(value)
+    return lambda: value
+
+
+def _int_alu(ctx: Ctx) -> Runner:
+    """tensor_tensor / tensor_scalar in GpSimd's exact integer mode."""
+    first = "a" if "a" in ctx.views else "src"
+    bits, signed = int_width(ctx.inst.operands[first].dtype)
+    dst, src, store = ctx.views["dst"], ctx.views[first], store_wrapped(ctx.inst.operands["dst"].dtype)
+    fn0 = INT_ALU[ctx.attr("op")]
+    if ctx.inst.opcode == "tensor_tensor":
+        b = ctx.views["b"]
+        return lambda: store(dst, fn0(read_int(src), read_int(b), bits, signed))
+    scalar0 = _int_scalar(ctx, "scalar", "scalar_vec")
+    op1 = ctx.attr("op1")
+    if op1 == NO_OP:
+        return lambda: store(dst, fn0(read_int(src), scalar0(), bits, signed))
+    fn1 = INT_ALU[op1]
+    scalar1 = _int_scalar(ctx, "scalar1", "scalar1_vec")
+    return lambda: store(dst, fn1(fn0(read_int(src), scalar0(), bits, signed), scalar1(), bits, signed))
+
+
 def _tensor_tensor(ctx: Ctx) -> Runner:
+    if ctx.integer_mode():
+        return _int_alu(ctx)
     dst, a, b = ctx.views["dst"], ctx.views["a"], ctx.views["b"]
     op = ctx.attr("op")
     fn, read, store = ALU[op][1], _alu_reader(op), ctx.store()
@@ -202,6 +251,8 @@ def _scalar_operand(ctx: Ctx, op: str, attr: str, vector: str) -> Callable[[], n
 
 
 def _tensor_scalar(ctx: Ctx) -> Runner:
+    if ctx.integer_mode():
+        return _int_alu(ctx)
     dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
     op0, op1 = ctx.attr("op"), ctx.attr("op1")
     fn0, read = ALU[op0][1], _alu_reader(op0)
@@ -214,9 +265,13 @@ def _tensor_scalar(ctx: Ctx) -> Runner:
 
 
 def _tensor_copy(ctx: Ctx) -> Runner:
-    dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
+    dst, src = ctx.views["dst"], ctx.views["src"]
+    store = make_store(ctx.inst.operands["dst"].dtype, str(ctx.attr("round")))
     if ctx.same_dtype("dst", "src"):
         return lambda: dst.__setitem__(Ellipsis, src.reshape(dst.shape))
+    if ctx.integer_mode():
+        wrap = store_wrapped(ctx.inst.operands["dst"].dtype)
+        return lambda: wrap(dst, read_int(src))
     if src.dtype.kind in "iu":
         return lambda: store(dst, read_int(src))
     return lambda: store(dst, read_f32(src))
@@ -235,7 +290,8 @@ def _select(ctx: Ctx) -> Runner:
 
 def _memset(ctx: Ctx) -> Runner:
     dst, store = ctx.views["dst"], ctx.store()
-    value = np.full(dst.shape, ctx.attr("value"), dtype=F32)
+    exact = lookup_dtype(ctx.inst.operands["dst"].dtype).is_integer  # integers up to 2^53 exactly
+    value = np.full(dst.shape, ctx.attr("value"), dtype=np.float64 if exact else F32)
     return lambda: store(dst, value)
 
 

@@ -2,7 +2,13 @@
 
 Every compute result is evaluated in fp32 (float64 where numpy offers nothing better, then rounded)
 and stored with round-to-nearest-even into the destination dtype (ml_dtypes casts are RNE);
-fp8 saturates to its largest finite value, integers saturate to their range.
+fp8 saturates to its largest finite value, integers saturate to their range, pred stores value != 0.
+A ``tensor_copy`` with ``round=zero`` converts to integers as XLA does: truncation toward zero, saturation,
+NaN -> 0.
+
+GpSimd's integer mode (``INT_ALU``): an ALU instruction on POOL whose operands are all integers (or pred)
+computes exactly in 64-bit integers and keeps the low bits of the destination type (two's-complement
+wrap), with XLA's rules for division, remainder and shifts.
 """
 
 from __future__ import annotations
@@ -67,6 +73,18 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "reciprocal": lambda x: np.reciprocal(x),
     "square": np.square,
     "silu": _silu,
+    "sin": np.sin,
+    "cos": np.cos,
+    "tan": np.tan,
+    "arctan": np.arctan,
+    "erf": lambda x: (F32(1) - _erfc(x.astype(np.float64))).astype(F32),
+    "cbrt": np.cbrt,
+    "floor": np.floor,
+    "ceil": np.ceil,
+    "round_even": np.rint,
+    "round_afz": lambda x: np.sign(x) * np.floor(np.abs(x) + F32(0.5)),
+    "abs": np.abs,
+    "sign": np.sign,
 }
 
 
@@ -106,6 +124,120 @@ ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
     "logical_or": ("f32", lambda a, b: np.logical_or(_as_bool(a), _as_bool(b)).astype(F32)),
 }
 
+# ---- GpSimd integer mode -------------------------------------------------------------------------------------
+# Operands arrive as int64 holding the values of their (<= 32-bit) types; results are exact int64, wrapped to
+# the destination type on store. `bits`/`signed` describe the first input's type (the shift width).
+
+
+def _shift_amount(b: Array) -> Array:
+    return np.asarray(b, np.int64)
+
+
+def _mask(bits: int) -> int:
+    return (1 << bits) - 1
+
+
+def _as_signed(a: Array, bits: int) -> Array:
+    a = np.asarray(a, np.int64) & _mask(bits)
+    return np.where(a >= (1 << (bits - 1)), a - (1 << bits), a)
+
+
+def _shift_left(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    s = _shift_amount(b)
+    ok = (s >= 0) & (s < bits)
+    return np.where(ok, (np.asarray(a, np.int64) & _mask(bits)) << np.where(ok, s, 0), 0)
+
+
+def _shift_right_logical(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    s = _shift_amount(b)
+    ok = (s >= 0) & (s < bits)
+    return np.where(ok, (np.asarray(a, np.int64) & _mask(bits)) >> np.where(ok, s, 0), 0)
+
+
+def _shift_right_arith(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    s = _shift_amount(b)
+    sa = _as_signed(a, bits)
+    out_of_range = (s < 0) | (s >= bits)
+    return np.where(out_of_range, np.where(sa < 0, -1, 0), sa >> np.where(out_of_range, 0, s))
+
+
+def _int_divide(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    """Truncating division; x / 0 = -1 (all bits set); INT_MIN / -1 = INT_MIN after the wrap (XLA)."""
+    safe = np.where(b == 0, 1, b)
+    q = np.abs(a) // np.abs(safe)
+    q = np.where((a < 0) != (safe < 0), -q, q)
+    return np.where(b == 0, -1, q)
+
+
+def _int_remainder(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    """Remainder with the dividend's sign; x % 0 = x; INT_MIN % -1 = 0 (XLA)."""
+    safe = np.where(b == 0, 1, b)
+    r = np.abs(a) % np.abs(safe)
+    r = np.where(a < 0, -r, r)
+    return np.where(b == 0, a, r)
+
+
+def _int(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array, int, bool], Array]:
+    return lambda a, b, bits, signed: fn(a, b)
+
+
+INT_ALU: dict[str, Callable[[Array, Array, int, bool], Array]] = {
+    "add": _int(np.add), "subtract": _int(np.subtract), "multiply": _int(np.multiply),
+    "divide": _int_divide, "remainder": _int_remainder,
+    "max": _int(np.maximum), "min": _int(np.minimum),
+    **{name: _int(lambda a, b, fn=fn: fn(a, b).astype(np.int64)) for name, fn in COMPARE.items()},
+    "bitwise_and": _int(np.bitwise_and), "bitwise_or": _int(np.bitwise_or), "bitwise_xor": _int(np.bitwise_xor),
+    "logical_and": _int(lambda a, b: ((a != 0) & (b != 0)).astype(np.int64)),
+    "logical_or": _int(lambda a, b: ((a != 0) | (b != 0)).astype(np.int64)),
+    "shift_left": _shift_left, "shift_right_logical": _shift_right_logical,
+    "shift_right_arith": _shift_right_arith,
+}
+
+
+def _rem_f32(a: Array, b: Array) -> Array:
+    return np.fmod(a, b)
+
+
+def _shl32(a: Array, b: Array) -> Array:  # fp32 mode: the values as 32-bit signed integers
+    return _as_signed(_shift_left(a, b, 32, True), 32)
+
+
+def _shr_logical32(a: Array, b: Array) -> Array:
+    return _as_signed(_shift_right_logical(a, b, 32, True), 32)
+
+
+def _shr_arith32(a: Array, b: Array) -> Array:
+    return _shift_right_arith(a, b, 32, True)
+
+
+ALU.update({
+    "remainder": ("f32", _rem_f32),
+    "shift_left": ("int", _shl32),
+    "shift_right_logical": ("int", _shr_logical32),
+    "shift_right_arith": ("int", _shr_arith32),
+})
+
+
+def int_width(dtype_name: str) -> tuple[int, bool]:
+    """(bits, signed) of an integer (or pred) machine dtype."""
+    np_dtype = lookup_dtype(dtype_name).numpy
+    if np_dtype.kind == "b":
+        return 8, False
+    return np_dtype.itemsize * 8, np_dtype.kind == "i"
+
+
+def store_wrapped(dtype_name: str) -> Callable[[Array, Array], None]:
+    """A store keeping the low bits of exact integer results (two's complement), pred as value != 0."""
+    np_dtype = lookup_dtype(dtype_name).numpy
+
+    def store(dst: Array, values: Array) -> None:
+        values = np.asarray(values, np.int64)
+        out = values != 0 if np_dtype.kind == "b" else values.astype(np_dtype)
+        dst[...] = out.reshape(dst.shape)
+
+    return store
+
+
 # reduce op -> numpy reduction of an fp32 array over the given axes (dropped from the result)
 REDUCE: dict[str, Callable[[Array, tuple[int, ...]], Array]] = {
     "add": lambda x, axes: np.sum(x, axis=axes, dtype=F32),
@@ -128,9 +260,25 @@ def read_int(view: Array) -> Array:
     return np.trunc(flat.astype(np.float64)).astype(np.int64)
 
 
-def make_store(dtype_name: str) -> Callable[[Array, Array], None]:
-    """A function ``store(dst_view, values)`` rounding ``values`` into the dtype of ``dst_view``."""
+def make_store(dtype_name: str, rounding: str = "nearest") -> Callable[[Array, Array], None]:
+    """A function ``store(dst_view, values)`` rounding ``values`` into the dtype of ``dst_view``;
+    ``rounding="zero"``: float -> integer truncates toward zero, saturates, and turns NaN into 0 (XLA)."""
     np_dtype = lookup_dtype(dtype_name).numpy
+    if np_dtype.kind == "b":
+        def store_pred(dst: Array, values: Array) -> None:
+            dst[...] = (np.asarray(values) != 0).reshape(dst.shape)
+
+        return store_pred
+    if np_dtype.kind in "iu" and rounding == "zero":
+        info = np.iinfo(np_dtype)
+
+        def store_trunc(dst: Array, values: Array) -> None:
+            if values.dtype.kind == "f":
+                values = np.trunc(np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=info.max,
+                                                neginf=info.min))
+            dst[...] = np.clip(values, info.min, info.max).astype(np_dtype).reshape(dst.shape)
+
+        return store_trunc
     if np_dtype.kind in "iu":
         info = np.iinfo(np_dtype)
 
