@@ -1,0 +1,87 @@
+"""Exact integer arithmetic for the tile evaluator (docs/integer-semantics.md).
+
+ACT, DVE and POOL compute in fp32, exact for integers of 24 bits at most. An expression node whose value and
+inputs are all integers (or pred) is therefore computed on GpSimd in its integer mode (``math=int``: exact
+64-bit math, two's-complement wrap to the destination type, XLA's division/remainder/shift rules); a
+float -> integer convert is a ``tensor_copy round=zero`` (truncate, saturate, NaN -> 0); immediates are folded
+at compile time with the same rules. What the machine cannot compute exactly is refused here, naming the
+instruction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from backend.kernels.expr import Node, where_of
+from compiler.errors import CompilationError
+from isa.dtypes import dtype as isa_dtype
+from isa.emulator.numerics import INT_ALU, int_width
+
+# node op -> ALU op of the integer mode (binary nodes)
+INT_BINARY = frozenset({"add", "subtract", "multiply", "divide", "remainder", "max", "min", "is_equal", "not_equal",
+                        "is_gt", "is_ge", "is_lt", "is_le", "bitwise_and", "bitwise_or", "bitwise_xor",
+                        "logical_and", "logical_or", "shift_left", "shift_right_logical", "shift_right_arith"})
+# a op b == b op' a, for operand swaps of the integer ops
+INT_SWAPPED = {"add": "add", "multiply": "multiply", "max": "max", "min": "min", "is_equal": "is_equal",
+               "not_equal": "not_equal", "is_gt": "is_lt", "is_lt": "is_gt", "is_ge": "is_le", "is_le": "is_ge",
+               "bitwise_and": "bitwise_and", "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
+               "logical_and": "logical_and", "logical_or": "logical_or"}
+# reductions the fp32 DVE reduce computes exactly on integers: max/min of values of at most 24 bits
+EXACT_INT_REDUCE_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16"})
+
+
+def is_integer(dtype: str) -> bool:
+    return isa_dtype(dtype).is_integer
+
+
+def is_int_node(node: Node) -> bool:
+    """An operation computed in GpSimd's integer mode: an integer result from integer inputs."""
+    return bool(node.inputs) and is_integer(node.dtype) and all(is_integer(i.dtype) for i in node.inputs)
+
+
+def check_reduce(node: Node) -> None:
+    """Refuse a free-axis reduction the fp32 DVE cannot compute exactly on integers."""
+    src = node.inputs[0]
+    if not is_integer(node.dtype) and not is_integer(src.dtype):
+        return
+    kind = node.op[len("reduce_"):]
+    if kind in ("max", "min") and src.dtype in EXACT_INT_REDUCE_DTYPES:
+        return
+    raise CompilationError(f"{where_of(node)}: an integer {kind} reduction of {src.dtype} is not computed exactly "
+                           "by the machine (the vector engine reduces in fp32); refused "
+                           "(docs/integer-semantics.md)")
+
+
+def wrap(value: int, dtype: str) -> int:
+    """``value`` wrapped to the integer type ``dtype`` (pred: value != 0)."""
+    np_dtype = isa_dtype(dtype).numpy
+    if np_dtype.kind == "b":
+        return int(value != 0)
+    return int(np.array(value, np.int64).astype(np_dtype))
+
+
+def fold(node: Node, values: list[float]) -> float:
+    """The value of an integer node of immediates (exact; wrapped to the node's type)."""
+    ints = [int(v) for v in values]
+    if any(float(i) != v for i, v in zip(ints, values, strict=True)):
+        raise CompilationError(f"{where_of(node)}: integer immediates {values} are not integers")
+    op = node.op
+    first = node.inputs[0].dtype
+    bits, signed = int_width(first)
+    if op in ("convert", "copy"):
+        return float(wrap(ints[0], node.dtype))
+    if op == "negate":
+        return float(wrap(-ints[0], node.dtype))
+    if op == "select":
+        return float(wrap(ints[1] if ints[0] else ints[2], node.dtype))
+    fn = INT_ALU.get(op)
+    if fn is None or len(ints) != 2:
+        raise CompilationError(f"{where_of(node)}: cannot fold the integer {op} of immediates")
+    result = fn(np.array(ints[0], np.int64), np.array(ints[1], np.int64), bits, signed)
+    return float(wrap(int(result), node.dtype))
+
+
+def check_int_op(node: Node) -> None:
+    if node.op not in INT_BINARY and node.op not in ("convert", "copy", "negate", "select"):
+        raise CompilationError(f"{where_of(node)}: the integer op {node.op!r} has no exact instruction "
+                               "(docs/integer-semantics.md)")
