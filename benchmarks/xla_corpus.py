@@ -27,9 +27,9 @@ STATUSES = ("ok", "refused", "crash", "WRONG")
 
 
 def interpret(case: Case) -> tuple[str, str]:
-    from compiler.hlo.interpreter import evaluate
-    from compiler.hlo.parser import parse_module
-    from compiler.hlo.verifier import verify_module
+    from hlo.interpreter import evaluate
+    from hlo.parser import parse_module
+    from hlo.verifier import verify_module
 
     try:
         module = parse_module(case.hlo, source=f"{case.name}.hlo")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from compiler.dump import HloDumper
 from compiler.options import OPT_LEVELS, CompileOptions, PassOptionError
+from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.fusion.fusion_pass import FusionPass
 from compiler.passes.interface import HloPass, RecordsDecisions
 from compiler.passes.precision.auto_cast import AutoCastPass
@@ -223,7 +224,8 @@ class PassPipeline:
 def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> PassPipeline:
     """The HLO pipeline for ``-O<opt_level>``.
 
-    * O0: ``canonicalize``, ``auto_cast`` -- only what lowering needs.
+    * O0: ``call_inliner``, ``canonicalize``, ``auto_cast`` -- only what lowering needs (the backend lowers
+      computations without ``call``; XLA writes one per jitted helper).
     * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``cse``,
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
       copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
@@ -238,7 +240,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
     options = options or CompileOptions(opt_level=opt_level)
     if opt_level not in OPT_LEVELS:
         raise PassOptionError(f"-O{opt_level}: optimization level must be one of 0, 1, 2, 3")
-    passes: list[PassLike] = [Canonicalize(), AutoCastPass(options.auto_cast, options.auto_cast_type)]
+    passes: list[PassLike] = [CallInliner(), Canonicalize(), AutoCastPass(options.auto_cast, options.auto_cast_type)]
     if opt_level >= 1:
         passes.append(FixedPoint("simplification",
                                  [ConstantFolding(), AlgebraicSimplifier(), CommonSubexpressionElimination(),
@@ -246,6 +248,6 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
         passes.append(FusionPass(strategy=options.fusion))
-    every_pass = ["canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
+    every_pass = ["call_inliner", "canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
                   "cse", "dce", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

@@ -174,7 +174,14 @@ class Instruction:
         return f"<{self.opcode} %{self.name}>"
 
     def called_computations(self) -> list[Computation]:
-        return [v for v in self.attrs.values() if isinstance(v, Computation)]
+        """The computations the attributes name (a conditional's branch_computations= is a list of them)."""
+        found: list[Computation] = []
+        for v in self.attrs.values():
+            if isinstance(v, Computation):
+                found.append(v)
+            elif isinstance(v, tuple | list):
+                found.extend(c for c in v if isinstance(c, Computation))
+        return found
 
     def where(self) -> str:
         """Human-readable origin: the PyTorch op and source line when known."""

@@ -19,7 +19,8 @@ from hlo.printer import format_shape
 from hlo.shape_inference import same_shape
 
 # Attributes whose bare value names a computation even without the '%' sigil.
-COMPUTATION_ATTRS = frozenset({"calls", "to_apply", "condition", "body", "scatter", "select", "comparator"})
+COMPUTATION_ATTRS = frozenset({"calls", "to_apply", "condition", "body", "scatter", "select", "comparator",
+                               "true_computation", "false_computation"})
 DERIVED_HEADER_ATTRS = frozenset({"entry_computation_layout"})  # recomputed by the printer
 
 # Grammar terminals in plain words, for error messages.
@@ -435,8 +436,22 @@ _WINDOW_SETTERS = {
     "rhs_reversal": _reversal,
 }
 
+def _computation_list(builder: _Builder, key: str, value: Any) -> tuple[Computation, ...]:
+    """``{%a, %b}``: a conditional's branch_computations."""
+    token = value.token if isinstance(value, _Raw) else value if isinstance(value, Token) else None
+    text = value.text if isinstance(value, _Raw) else str(value)
+    names = [n.strip() for n in text.strip().removeprefix("{").removesuffix("}").split(",") if n.strip()]
+    comps = []
+    for name in names:
+        comp = builder.computations.get(name.removeprefix("%"))
+        if comp is None:
+            raise builder.error(f"unknown computation {name} in {key}=", token)
+        comps.append(comp)
+    return tuple(comps)
+
+
 # Attributes typed by their key rather than by the look of their value.
-_KEYED_ATTRS = {"window": _Builder.window}
+_KEYED_ATTRS = {"window": _Builder.window, "branch_computations": _computation_list}
 
 
 def _shape_str(shape: Shape) -> str:

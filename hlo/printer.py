@@ -82,6 +82,8 @@ def format_attr_value(value: Any) -> str:
         return "{" + ", ".join(_format_range(r) for r in value.ranges) + "}"
     if isinstance(value, Window):
         return format_window(value)
+    if isinstance(value, tuple | list) and value and all(isinstance(v, Computation) for v in value):
+        return "{" + ", ".join(f"%{v.name}" for v in value) + "}"  # conditional's branch_computations
     if isinstance(value, tuple | list):
         return "{" + ",".join(str(int(v)) for v in value) + "}"
     raise TypeError(f"cannot print attribute value {value!r} of type {type(value).__name__}")

@@ -8,8 +8,8 @@
                        cmp takes 2n scalars (lhs_i, rhs_i per operand) and returns pred[] ("lhs < rhs")
   topk                 topk(x), k=K, largest=true -> (x's type[..., K], s32[..., K]) along the last dimension
   reverse              reverse(x), dimensions={0,2}
-  popcnt, count-leading-zeros          integer unary
-  shift-left, shift-right-logical, shift-right-arithmetic   integer binary
+
+(popcnt, count-leading-zeros and the shifts are elementwise: shape_inference.py's UNARY_OPS and BINARY_OPS.)
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 
 from hlo.ir import Computation, Shape
 from hlo.shape_util import (
-    INT_DTYPES,
     Rule,
     arity,
     array,
@@ -29,13 +28,7 @@ from hlo.shape_util import (
     fail,
     fmt,
     int_attr,
-    need_declared,
-    same_arrays,
-    types,
 )
-
-INT_UNARY_OPS = ("popcnt", "count-leading-zeros")
-SHIFT_OPS = ("shift-left", "shift-right-logical", "shift-right-arithmetic")
 
 
 def _same(a: Shape, b: Shape) -> bool:
@@ -129,22 +122,7 @@ def _reverse(ops, attrs, declared):
     return array(ops[0].dtype, ops[0].dims)
 
 
-def _int_unary(ops, attrs, declared):
-    arity(ops, 1)
-    types(ops[0], INT_DTYPES)
-    return array(ops[0].dtype, ops[0].dims)
-
-
-def _shift(ops, attrs, declared):
-    arity(ops, 2)
-    same_arrays(ops)
-    types(ops[0], INT_DTYPES)
-    return array(ops[0].dtype, ops[0].dims)
-
-
 CONTROL_RULES: dict[str, Rule] = {
     "while": _while, "conditional": _conditional, "sort": _sort, "topk": _topk, "reverse": _reverse,
-    **{op: _int_unary for op in INT_UNARY_OPS},
-    **{op: _shift for op in SHIFT_OPS},
 }
-__all__ = ["CONTROL_RULES", "INT_UNARY_OPS", "SHIFT_OPS", "branches", "need_declared"]
+__all__ = ["CONTROL_RULES", "branches"]

@@ -61,6 +61,7 @@ from math import prod
 from typing import Any
 
 from hlo.ir import FLOAT_DTYPES, Shape, SliceSpec
+from hlo.shape_control import CONTROL_RULES
 from hlo.shape_indexing import INDEXING_RULES
 from hlo.shape_util import (
     ANY,
@@ -94,10 +95,12 @@ _TRANSCENDENTAL = ("exponential", "exponential-minus-one", "log", "log-plus-one"
 UNARY_OPS: dict[str, tuple[str, ...]] = {  # opcode -> element types it accepts; result = operand shape
     "abs": NUMERIC, "negate": NUMERIC, "sign": NUMERIC, "not": LOGICAL, "copy": ANY,
     **{op: FLOAT_DTYPES for op in _TRANSCENDENTAL},
+    "popcnt": INT_DTYPES, "count-leading-zeros": INT_DTYPES,
 }
 BINARY_OPS: dict[str, tuple[str, ...]] = {
-    **{op: NUMERIC for op in ("add", "subtract", "multiply", "divide", "maximum", "minimum", "power",
-                              "remainder")},
+    **{op: NUMERIC for op in ("add", "subtract", "multiply", "divide", "power", "remainder")},
+    "maximum": ANY, "minimum": ANY,
+    **{op: INT_DTYPES for op in ("shift-left", "shift-right-logical", "shift-right-arithmetic")},
     **{op: LOGICAL for op in ("and", "or", "xor")},
     "atan2": FLOAT_DTYPES,
 }
@@ -357,6 +360,7 @@ RULES: dict[str, Rule] = {
     **{op: _binary(types) for op, types in BINARY_OPS.items()},
     **WINDOW_RULES,
     **INDEXING_RULES,
+    **CONTROL_RULES,
 }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from backend.kernels.expr import Node, where_of
-from compiler.errors import CompilationError
+from hlo.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.numerics import INT_ALU, int_width
 

@@ -19,17 +19,6 @@ from hlo.shape_control import branches
 MAX_TRIPS = 1 << 20  # a while loop running longer is taken for an endless one
 
 
-def total_order_key(x: np.ndarray) -> np.ndarray:
-    """compare's type=TOTALORDER for floats: -NaN < -inf < ... < -0 < +0 < ... < inf < NaN, as int64 keys."""
-    x = np.asarray(x)
-    if x.dtype.kind in "iub":
-        return x.astype(np.int64)
-    width = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
-    bits = x.view(width).astype(np.int64)
-    magnitude = (1 << (8 * x.dtype.itemsize - 1)) - 1
-    return np.where(bits < 0, -(bits & magnitude) - 1, bits)
-
-
 def _while(inst: Instruction, ops: list) -> Value:
     cond, body = inst.attrs["condition"], inst.attrs["body"]
     state = ops[0]

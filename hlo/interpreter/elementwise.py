@@ -75,9 +75,16 @@ def _divide(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, -1, q).astype(a.dtype)
 
 
+def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """C's fmod; on integers x % 0 = x and INT_MIN % -1 = 0 (XLA)."""
+    if a.dtype.kind not in "iu":
+        return np.fmod(a, b)
+    return np.where(b == 0, a, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
+
+
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
-    "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "remainder": np.fmod,
+    "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "remainder": _remainder,
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "atan2": np.arctan2,
 }
 COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,
@@ -93,7 +100,20 @@ def _binary_op(fn: Callable) -> Op:
 
 
 def _compare(inst: Instruction, ops: list) -> np.ndarray:
+    if inst.attrs.get("type") == "TOTALORDER":  # sort comparators: -NaN < -inf < -0 < +0 < inf < NaN
+        return COMPARE[inst.attrs["direction"]](total_order_key(ops[0]), total_order_key(ops[1]))
     return COMPARE[inst.attrs["direction"]](wide(ops[0]), wide(ops[1]))
+
+
+def total_order_key(x: np.ndarray) -> np.ndarray:
+    """Integer keys ordering floats as compare's type=TOTALORDER does (integers: their values)."""
+    x = np.asarray(x)
+    if x.dtype.kind in "iub":
+        return x.astype(np.int64)
+    width = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}[x.dtype.itemsize]
+    bits = x.view(width).astype(np.int64)
+    magnitude = (1 << (8 * x.dtype.itemsize - 1)) - 1
+    return np.where(bits < 0, -(bits & magnitude) - 1, bits)
 
 
 def _select(inst: Instruction, ops: list) -> np.ndarray:

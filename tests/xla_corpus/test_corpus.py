@@ -21,9 +21,9 @@ LEVELS = (0, 1, 2, 3)
 
 def interpret(case: Case) -> str:
     """'ok' or 'refused: ...'; raises AssertionError on a wrong number."""
-    from compiler.hlo.interpreter import evaluate
-    from compiler.hlo.parser import parse_module
-    from compiler.hlo.verifier import verify_module
+    from hlo.interpreter import evaluate
+    from hlo.parser import parse_module
+    from hlo.verifier import verify_module
 
     try:
         module = parse_module(case.hlo, source=f"{case.name}.hlo")

@@ -1,0 +1,1 @@
+"""Control-flow passes: call inlining, loop unrolling."""
