@@ -248,6 +248,6 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
         passes.append(FusionPass(strategy=options.fusion))
-    every_pass = ["call_inliner", "canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
-                  "cse", "dce", "fusion"]
+    every_pass = ["call_inliner", "canonicalize", "auto_cast", "simplification", "algebraic_simplifier",
+                  "constant_folding", "cse", "dce", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

@@ -10,9 +10,9 @@ are inlined too (the copies are visited again); computations no longer called by
 
 from __future__ import annotations
 
-from hlo.ir import Computation, Instruction, Module
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import new_instruction, reachable_computations
+from hlo.ir import Computation, Instruction, Module
 
 
 class CallInliner(HloPass):
