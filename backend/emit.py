@@ -197,9 +197,18 @@ class ProgramBuilder:
 
     def copy(self, dst: AccessPattern, src: AccessPattern, comment: str = "",
              engines: tuple[str, ...] = ("act", "dve")) -> Instruction:
-        """dst = src with dtype conversion, on the least loaded allowed engine."""
+        """dst = src with dtype conversion, on the least loaded allowed engine. Integers convert as XLA's
+        convert does (docs/integer-semantics.md): ACT (fp32) never copies them; float -> integer truncates
+        (round=zero); integer -> another integer type wraps on GpSimd (math=int)."""
         if "psum" in (dst.memory, src.memory):
             engines = tuple(e for e in engines if e != "pool")
+        dst_int, src_int = isa_dtype(dst.dtype).is_integer, isa_dtype(src.dtype).is_integer
+        if dst_int and src_int and dst.dtype != src.dtype and "psum" not in (dst.memory, src.memory):
+            return self.emit("pool", "tensor_copy", comment, {"math": "int"}, dst=dst, src=src)
+        if dst_int or src_int:
+            engines = tuple(e for e in engines if e != "act") or ("dve",)
+        if dst_int and not src_int:
+            return self.emit(self.pick_engine(engines), "tensor_copy", comment, {"round": "zero"}, dst=dst, src=src)
         engine = self.pick_engine(engines)
         if engine == "act":
             return self.activation(dst, src, "copy", comment=comment)

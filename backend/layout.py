@@ -20,7 +20,9 @@ from isa.program import AccessPattern
 
 # HLO element type -> ISA dtype. pred is stored as int8 0/1; s64 as int32 (the engines compute in fp32,
 # so integers are exact below 2**24 either way; indices and positions fit).
-HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "i8", "s64": "i32"}
+HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "pred", "s64": "i32",
+                              "s8": "i8", "u8": "u8", "s16": "i16", "u16": "u16", "u32": "u32",
+                              "f8e4m3fn": "fp8e4", "f8e5m2": "fp8e5"}
 
 
 def isa_dtype_of(inst: Instruction, hlo_dtype: str | None = None) -> str:

@@ -92,8 +92,8 @@ def is_plain_copy(inst: Instruction) -> bool:
 def engine_choices(inst: Instruction) -> tuple[str, ...]:
     """Engines that may run `inst` (its own first): the ISA table's engines whose memories hold all
     its operands. PE, SP, nops (semaphore carriers) and stateful instructions stay where they are."""
-    if inst.opcode == "nop" or inst.engine not in COMPUTE_ENGINES[1:]:
-        return (inst.engine,)
+    if inst.opcode == "nop" or inst.engine not in COMPUTE_ENGINES[1:] or inst.attrs.get("math") == "int":
+        return (inst.engine,)  # math=int: GpSimd's exact integer mode exists on POOL only
     engines = COPY_ENGINES if is_plain_copy(inst) else OPCODES[inst.opcode].engines
     memories = {ap.memory for ap in inst.operands.values()}
     allowed = [e for e in engines if e in COMPUTE_ENGINES[1:] and memories <= set(ENGINE_MEMORIES[e])]

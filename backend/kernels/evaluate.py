@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
+from backend.kernels import integer
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
 from backend.layout import View
 from hlo.errors import CompilationError
@@ -231,7 +232,7 @@ class TileEvaluator:
         elif kind == "S":
             result = Scalar(self._fold(node))
         else:
-            act = None if op == "iota" or op in REDUCE_OPS else self._match_act(node)
+            act = None if op == "iota" or op in REDUCE_OPS or integer.is_int_node(node) else self._match_act(node)
             operands = list(node.inputs)
             if act is not None:
                 src, _, scale, bias, _ = act
@@ -259,6 +260,8 @@ class TileEvaluator:
     def _fold(self, node: Node) -> float:
         if node.op == "scalar":
             return node.value
+        if integer.is_int_node(node) and node.op not in REDUCE_OPS:
+            return integer.fold(node, [self._eval(i).value for i in node.inputs])  # type: ignore[union-attr]
         values = [np.float32(self._eval(i).value) for i in node.inputs]  # type: ignore[union-attr]
         if node.op in REDUCE_OPS:
             return float(values[0] * self.fw) if node.op == "reduce_add" else float(values[0])
@@ -283,7 +286,11 @@ class TileEvaluator:
             b.memset(dst, operand.value, f"{self.label} fill")
         elif isinstance(operand, PVec) and dst.free_size != 1:
             b.memset(dst, 0.0, f"{self.label} zero")
-            b.tensor_scalar(dst, dst, "add", 0.0, f"{self.label} expand vector", scalar_vec=operand.ap)
+            if integer.is_integer(dst.dtype) and integer.is_integer(operand.ap.dtype):
+                self._int_emit("tensor_scalar", f"{self.label} expand vector", {"op": "add", "scalar": 0.0},
+                               dst=dst, src=dst, scalar_vec=operand.ap)
+            else:
+                b.tensor_scalar(dst, dst, "add", 0.0, f"{self.label} expand vector", scalar_vec=operand.ap)
         else:
             b.copy(dst, operand.ap, f"{self.label} copy")
 
@@ -373,7 +380,10 @@ class TileEvaluator:
     def _lower(self, node: Node, out: AccessPattern) -> None:
         op, b = node.op, self.b
         kind = self._kind[id(node)]
-        if op in ("convert", "copy"):
+        if integer.is_int_node(node) and op not in ("convert", "copy", "select"):
+            integer.check_int_op(node)
+            self._int_lower(node, out, kind)
+        elif op in ("convert", "copy"):
             b.copy(out, self._array(node.inputs[0], kind), f"{self.label} {op}")
         elif op == "negate":
             b.tensor_scalar(out, self._array(node.inputs[0], kind), "multiply", -1.0, f"{self.label} neg")
@@ -385,6 +395,36 @@ class TileEvaluator:
         else:
             raise CompilationError(f"{where_of(node)}: elementwise op {op!r} has no instruction mapping")
         self._consume(node)
+
+    def _int_lower(self, node: Node, out: AccessPattern, kind: str) -> None:
+        """An integer node on GpSimd in its exact integer mode (docs/integer-semantics.md)."""
+        op, label = node.op, f"{self.label} {node.op}"
+        if op == "negate":
+            self._int_emit("tensor_scalar", label, {"op": "multiply", "scalar": -1.0}, dst=out,
+                           src=self._array(node.inputs[0], kind))
+            return
+        x, y = node.inputs
+        kx, ky = self._kind[id(x)], self._kind[id(y)]
+        if kx == kind and ky == kind:
+            self._int_emit("tensor_tensor", label, {"op": op}, dst=out, a=self._array(x, kind), b=self._array(y, kind))
+        elif kx == kind:
+            self._int_scalar_op(out, self._array(x, kind), op, y, label)
+        elif op in integer.INT_SWAPPED:
+            self._int_scalar_op(out, self._array(y, kind), integer.INT_SWAPPED[op], x, label)
+        else:
+            self._int_emit("tensor_tensor", label, {"op": op}, dst=out, a=self._array(x, kind), b=self._array(y, kind))
+
+    def _int_scalar_op(self, out: AccessPattern, src: AccessPattern, op: str, other: Node, label: str) -> None:
+        args = self._scalar_args(other)
+        if args["scalar_vec"] is not None and args["scalar_vec"].dtype != src.dtype:
+            raise CompilationError(f"{where_of(other)}: internal error: integer vector operand of another type")
+        self._int_emit("tensor_scalar", label, {"op": op, "scalar": float(args["scalar"])}, dst=out, src=src,
+                       scalar_vec=args["scalar_vec"])
+
+    def _int_emit(self, opcode: str, label: str, attrs: dict, **operands: AccessPattern | None) -> None:
+        if any(ap is not None and ap.memory == "psum" for ap in operands.values()):
+            raise CompilationError(f"{self.label}: exact integer math reads PSUM, which GpSimd cannot access")
+        self.b.emit("pool", opcode, label, {**attrs, "math": "int"}, **operands)
 
     def _binary(self, node: Node, out: AccessPattern, kind: str) -> None:
         op, b, label = node.op, self.b, f"{self.label} {node.op}"
@@ -417,6 +457,7 @@ class TileEvaluator:
         return {"scalar": 0.0, "scalar_vec": operand.ap}  # type: ignore[union-attr]
 
     def _reduce(self, node: Node, out: AccessPattern) -> None:
+        integer.check_reduce(node)
         op = node.op[len("reduce_"):]
         operand = self._eval(node.inputs[0])
         if isinstance(operand, Tensor):

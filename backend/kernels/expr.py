@@ -21,12 +21,16 @@ from dataclasses import dataclass
 from backend.layout import Buffer, View
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
+from isa.dtypes import dtype as isa_dtype
 
 # HLO opcode -> node op (unary ops whose node op is an ACT function keep the ISA name).
 HLO_UNARY: dict[str, str] = {
     "tanh": "tanh", "logistic": "sigmoid", "exponential": "exp", "log": "log", "sqrt": "sqrt",
     "rsqrt": "rsqrt", "negate": "negate", "copy": "copy", "convert": "convert", "abs": "abs",
     "sign": "sign", "not": "not", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
+    "sine": "sin", "cosine": "cos", "tan": "tan", "erf": "erf", "cbrt": "cbrt", "floor": "floor", "ceil": "ceil",
+    "round-nearest-even": "round_even", "round-nearest-afz": "round_afz", "is-finite": "is_finite",
+    "popcnt": "popcnt",
 }
 CUSTOM_CALL_UNARY: dict[str, str] = {"gelu": "gelu", "gelu_tanh": "gelu_tanh"}
 # elementwise ops with a rule of their own in the builder (fused.py), beside the tables
@@ -34,6 +38,8 @@ STRUCTURED_ELEMENTWISE = frozenset({"compare", "select", "clamp"})
 HLO_BINARY: dict[str, str] = {
     "add": "add", "subtract": "subtract", "multiply": "multiply", "divide": "divide",
     "maximum": "max", "minimum": "min", "power": "pow", "and": "and", "or": "or", "xor": "xor",
+    "remainder": "remainder", "shift-left": "shift_left", "shift-right-logical": "shift_right_logical",
+    "shift-right-arithmetic": "shift_right_arith", "atan2": "atan2",
 }
 COMPARE_DIRECTIONS: dict[str, str] = {
     "EQ": "is_equal", "NE": "not_equal", "GT": "is_gt", "GE": "is_ge", "LT": "is_lt", "LE": "is_le",
@@ -42,10 +48,12 @@ COMPARE_DIRECTIONS: dict[str, str] = {
 REDUCERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "and": "min", "or": "max"}
 REDUCE_IDENTITY: dict[str, float] = {"add": 0.0, "max": -math.inf, "min": math.inf}
 ACT_FUNCS = frozenset({"tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "relu",
-                       "reciprocal", "square", "silu"})
+                       "reciprocal", "square", "silu", "sin", "cos", "tan", "arctan", "erf", "cbrt", "floor",
+                       "ceil", "round_even", "round_afz"})
 ALU_BINARY = frozenset({"add", "subtract", "multiply", "divide", "max", "min", "pow", "is_equal", "not_equal",
                         "is_gt", "is_ge", "is_lt", "is_le", "logical_and", "logical_or", "bitwise_and",
-                        "bitwise_or", "bitwise_xor"})
+                        "bitwise_or", "bitwise_xor", "remainder", "shift_left", "shift_right_logical",
+                        "shift_right_arith"})
 # a op b == b op' a
 SWAPPED: dict[str, str] = {
     "add": "add", "multiply": "multiply", "max": "max", "min": "min", "is_equal": "is_equal",
@@ -54,7 +62,8 @@ SWAPPED: dict[str, str] = {
     "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
 }
 REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min")
-PRED = "i8"  # the backend stores HLO pred as int8 0/1
+PRED = "pred"  # HLO pred: the machine's pred type (one byte, 0 or 1)
+INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32"})
 
 # The virtual buffer behind iota views: element e has the value e.
 IOTA = Buffer("f32", 1 << 62, name="<iota>")
@@ -111,15 +120,25 @@ def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> N
     if op in ("convert", "copy"):
         if x.dtype == dtype:
             return x
-        if x.op == "scalar":
-            return scalar(x.value, dtype, inst)
+        if dtype == PRED:  # x != 0 (NaN: true)
+            return Node("not_equal", dtype, (x, scalar(0.0, x.dtype, inst)), inst=inst)
+        if x.op == "scalar" and (x.dtype not in INT_DTYPES or dtype not in INT_DTYPES):
+            return Node(op, dtype, (x,), inst=inst) if dtype in INT_DTYPES else scalar(x.value, dtype, inst)
         return Node(op, dtype, (x,), inst=inst)
     if op == "abs":  # max(x, -x)
         return Node("max", dtype, (x, Node("negate", dtype, (x,), inst=inst)), inst=inst)
-    if op == "sign":  # (x > 0) - (x < 0)
+    if op == "sign":  # (x > 0) - (x < 0); NaN stays NaN
         zero = scalar(0.0, dtype, inst)
-        return Node("subtract", dtype, (Node("is_gt", dtype, (x, zero), inst=inst),
+        sign = Node("subtract", dtype, (Node("is_gt", dtype, (x, zero), inst=inst),
                                         Node("is_lt", dtype, (x, zero), inst=inst)), inst=inst)
+        if dtype in INT_DTYPES:
+            return sign
+        return Node("select", dtype, (Node("not_equal", PRED, (x, x), inst=inst), x, sign), inst=inst)
+    if op == "is_finite":  # x - x is 0 unless x is inf or NaN
+        return Node("is_equal", PRED, (Node("subtract", x.dtype, (x, x), inst=inst), scalar(0.0, x.dtype, inst)),
+                    inst=inst)
+    if op == "popcnt":
+        return _popcnt(x, dtype, inst)
     if op == "expm1":
         return Node("subtract", dtype, (Node("exp", dtype, (x,), inst=inst), scalar(1.0, dtype, inst)), inst=inst)
     if op == "log1p":
@@ -144,6 +163,8 @@ def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = 
         return Node("relu", dtype, (a,), inst=inst)
     if op == "max" and a.op == "scalar" and a.value == 0.0 and b.dtype != PRED:
         return Node("relu", dtype, (b,), inst=inst)
+    if op == "atan2":
+        return _atan2(a, b, dtype, inst)
     if op not in ALU_BINARY:
         raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: binary op {op!r} has no instruction mapping")
     return Node(op, dtype, (a, b), inst=inst)
@@ -232,3 +253,40 @@ def varies(root: Node, axes: tuple[int, ...]) -> dict[int, bool]:
         else:
             result[id(node)] = any(result[id(i)] for i in node.inputs)
     return result
+
+
+def _atan2(y: Node, x: Node, dtype: str, inst: HloInstruction | None) -> Node:
+    """atan2(y, x) = arctan(y / x), + pi (y >= 0) or - pi (y < 0) when x < 0; +-pi/2 when x == 0 (signed by
+    y; 0 when y == 0 too)."""
+    def n(op: str, *inputs: Node, t: str = dtype) -> Node:
+        return Node(op, t, inputs, inst=inst)
+
+    zero, pi = scalar(0.0, dtype, inst), scalar(math.pi, dtype, inst)
+    base = n("arctan", n("divide", y, x))
+    shift = n("select", n("is_ge", y, zero, t=PRED), pi, scalar(-math.pi, dtype, inst))
+    left = n("add", base, shift)
+    half = n("multiply", n("subtract", n("is_gt", y, zero), n("is_lt", y, zero)), scalar(math.pi / 2, dtype, inst))
+    return n("select", n("is_lt", x, zero, t=PRED), left, n("select", n("is_equal", x, zero, t=PRED), half, base))
+
+
+def _popcnt(x: Node, dtype: str, inst: HloInstruction | None) -> Node:
+    """Bit count by the SWAR steps (shifts, masks, adds, one multiply), exact in GpSimd's integer mode, where
+    every step wraps to the type and right shifts are logical on its bits."""
+    def n(op: str, a: Node, b: Node | float) -> Node:
+        return Node(op, dtype, (a, b if isinstance(b, Node) else scalar(b, dtype, inst)), inst=inst)
+
+    bits = isa_dtype(dtype).itemsize * 8
+    x1 = n("subtract", x, n("bitwise_and", n("shift_right_logical", x, 1), _mask(0x55555555, bits)))
+    m2 = _mask(0x33333333, bits)
+    x2 = n("add", n("bitwise_and", x1, m2), n("bitwise_and", n("shift_right_logical", x1, 2), m2))
+    x3 = n("bitwise_and", n("add", x2, n("shift_right_logical", x2, 4)), _mask(0x0F0F0F0F, bits))
+    if bits == 8:
+        return x3
+    if bits == 16:
+        return n("bitwise_and", n("add", x3, n("shift_right_logical", x3, 8)), 0x1F)
+    return n("shift_right_logical", n("multiply", x3, 0x01010101), 24)
+
+
+def _mask(pattern: int, bits: int) -> int:
+    """The low `bits` of a repeating bit pattern, as a value of the signed type of that width (positive here)."""
+    return pattern & ((1 << bits) - 1)
