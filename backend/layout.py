@@ -202,8 +202,9 @@ class View:
         # offset and strides count elements of the flat buffer, whatever shape the constant was given
         base = np.ascontiguousarray(self.buffer.data).reshape(-1)
         item = base.itemsize
-        arr = np.lib.stride_tricks.as_strided(base[self.offset:], shape=self.dims,
-                                              strides=tuple(s * item for s in self.strides))
+        raw = base.view(f"u{item}")  # as_strided loses the ml_dtypes types (bf16, fp8): stride the bits
+        arr = np.lib.stride_tricks.as_strided(raw[self.offset:], shape=self.dims,
+                                              strides=tuple(s * item for s in self.strides)).view(base.dtype)
         return arr.astype(isa_dtype(self.dtype).numpy) if self.cast else arr
 
     def scalar_value(self) -> float | None:

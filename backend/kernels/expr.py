@@ -159,9 +159,9 @@ def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = 
             op = {"and": "logical_and", "or": "logical_or", "xor": "not_equal"}[op]
         else:
             op = f"bitwise_{op}"
-    if op == "max" and b.op == "scalar" and b.value == 0.0 and a.dtype != PRED:
+    if op == "max" and b.op == "scalar" and b.value == 0.0 and a.dtype not in INT_DTYPES:
         return Node("relu", dtype, (a,), inst=inst)
-    if op == "max" and a.op == "scalar" and a.value == 0.0 and b.dtype != PRED:
+    if op == "max" and a.op == "scalar" and a.value == 0.0 and b.dtype not in INT_DTYPES:
         return Node("relu", dtype, (b,), inst=inst)
     if op == "atan2":
         return _atan2(a, b, dtype, inst)

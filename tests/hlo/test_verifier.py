@@ -143,7 +143,8 @@ MAX_COMP = """%max {
     ("%t = (f32[4,6]) tuple(%x)\n  ROOT %r = f32[4,6] get-tuple-element(%t), index=1", "x: f32[4,6]",
      "index=1 is outside the 1 elements of (f32[4,6])"),
     ("ROOT %r = f32[4,6] iota(), iota_dimension=2", "x: f32[4,6]", "iota_dimension=2 is not a dimension"),
-    ("ROOT %r = f32[4,6] sort(%x)", "x: f32[4,6]", "unknown opcode 'sort'"),
+    ("ROOT %r = f32[4,6] sort(%x), dimensions={0}", "x: f32[4,6]", "missing to_apply=%computation"),
+    ("ROOT %r = f32[4,6] frobnicate(%x)", "x: f32[4,6]", "unknown opcode 'frobnicate'"),
     ("ROOT %r = f32[4,6] clamp(%x, %x, %y)", "x: f32[4,6], y: f32[6]",
      "max bound f32[6] must be a f32 scalar or f32[4,6]"),
     # convolution
