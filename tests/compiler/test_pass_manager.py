@@ -55,11 +55,11 @@ def top_level(opt_level: int, **options) -> list[str]:
 
 
 def test_pipelines_per_level():
-    assert top_level(0) == ["canonicalize", "auto_cast"]
-    assert top_level(1) == ["canonicalize", "auto_cast", "simplification"]
-    assert top_level(2) == top_level(3) == ["canonicalize", "auto_cast", "simplification", "fusion"]
+    assert top_level(0) == ["call_inliner", "canonicalize", "auto_cast"]
+    assert top_level(1) == ["call_inliner", "canonicalize", "auto_cast", "simplification"]
+    assert top_level(2) == top_level(3) == ["call_inliner", "canonicalize", "auto_cast", "simplification", "fusion"]
     assert top_level(2, fusion="none") == top_level(1)
-    group = build_pipeline(1).passes[2]
+    group = build_pipeline(1).passes[3]
     assert isinstance(group, FixedPoint)
     assert [p.name for p in group.passes] == ["constant_folding", "algebraic_simplifier", "cse", "dce"]
 
