@@ -368,8 +368,14 @@ def _attention_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: l
     return out
 
 
+def _while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    raise CompilationError(f"{inst.where()}: a while loop whose trip count is not a static one of at most 16 (the "
+                           "while_unroller unrolls those) is not supported: the ISA has no loop instruction")
+
+
 # opcode -> handler of an unfused instruction (op classes register their kernels here)
 KERNELS: dict[str, Handler] = {
+    "while": _while,
     "dot": anchored(plan_dot, dot_kernel, materializes=True),
     "fusion": _fusion,
     "reduce": _reduce,

@@ -55,11 +55,12 @@ def top_level(opt_level: int, **options) -> list[str]:
 
 
 def test_pipelines_per_level():
-    assert top_level(0) == ["call_inliner", "canonicalize", "auto_cast"]
-    assert top_level(1) == ["call_inliner", "canonicalize", "auto_cast", "simplification"]
-    assert top_level(2) == top_level(3) == ["call_inliner", "canonicalize", "auto_cast", "simplification", "fusion"]
+    control = ["call_inliner", "while_unroller", "conditional_to_select"]
+    assert top_level(0) == control + ["canonicalize", "auto_cast"]
+    assert top_level(1) == control + ["canonicalize", "auto_cast", "simplification"]
+    assert top_level(2) == top_level(3) == control + ["canonicalize", "auto_cast", "simplification", "fusion"]
     assert top_level(2, fusion="none") == top_level(1)
-    group = build_pipeline(1).passes[3]
+    group = build_pipeline(1).passes[5]
     assert isinstance(group, FixedPoint)
     assert [p.name for p in group.passes] == ["constant_folding", "algebraic_simplifier", "cse", "dce"]
 

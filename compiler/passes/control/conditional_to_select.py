@@ -1,0 +1,79 @@
+"""``conditional`` as ``select`` (XLA's ConditionalToSelect): every branch is computed, the selector picks.
+
+HLO computations have no side effects, so evaluating all branches and selecting the result is exact. Each
+branch becomes a ``call`` (inlined by CallInliner, which this pass runs); the result is a chain of selects,
+last branch first: ``select(index == i, branch_i, rest)`` (so an index outside 0..N-1 takes the last branch, as
+XLA says), or ``select(pred, true_branch, false_branch)``. Array results only, or tuples of arrays (selected
+element by element).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.passes.control.call_inliner import CallInliner
+from compiler.passes.interface import HloPass
+from compiler.passes.utils import new_instruction, reachable_computations
+from hlo.ir import Computation, Instruction, Module, Shape
+from hlo.shape_control import branches
+
+
+class ConditionalToSelect(HloPass):
+    name = "conditional_to_select"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        for comp in reachable_computations(module):
+            for cond in [i for i in comp.instructions if i.opcode == "conditional"]:
+                shape = cond.shape
+                parts = shape.tuple_shapes if shape.is_tuple else (shape,)
+                if any(p.is_tuple for p in parts):
+                    continue
+                self._rewrite(module, comp, cond)
+                changed = True
+        if changed:
+            CallInliner().run(module)
+        return changed
+
+    @staticmethod
+    def _rewrite(module: Module, comp: Computation, cond: Instruction) -> None:
+        new: list[Instruction] = []
+
+        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
+                literal=None) -> Instruction:
+            inst = new_instruction(module, opcode, shape, operands, attrs, cond.metadata, literal=literal,
+                                   name=f"{cond.name}.{opcode}")
+            new.append(inst)
+            return inst
+
+        comps = branches(cond.attrs)
+        selector = cond.operands[0]
+        results = [add("call", cond.shape, [arg], {"to_apply": c}) for c, arg in zip(comps, cond.operands[1:],
+                                                                                      strict=True)]
+        if selector.shape.dtype == "pred":
+            preds = [selector]
+        else:
+            preds = [add("compare", Shape("pred", ()),
+                         [selector, add("constant", Shape("s32", ()), [], literal=np.array(i, np.int32))],
+                         {"direction": "EQ"}) for i in range(len(comps) - 1)]
+
+        def pick(shape: Shape, values: list[Instruction]) -> Instruction:
+            result = values[-1]
+            for i in reversed(range(len(values) - 1)):
+                p = preds[i]
+                if shape.rank:
+                    p = add("broadcast", Shape("pred", shape.dims), [p], {"dimensions": ()})
+                result = add("select", Shape(shape.dtype, shape.dims), [p, values[i], result])
+            return result
+
+        if cond.shape.is_tuple:
+            elements = []
+            for k, part in enumerate(cond.shape.tuple_shapes):
+                values = [add("get-tuple-element", part, [r], {"index": k}) for r in results]
+                elements.append(pick(part, values))
+            out = add("tuple", cond.shape, elements)
+        else:
+            out = pick(cond.shape, results)
+        at = comp.instructions.index(cond)
+        comp.instructions[at:at + 1] = new
+        comp.replace_all_uses(cond, out)
