@@ -1,0 +1,161 @@
+"""argmax / argmin as two plain reductions (the variadic value+index reduce jax writes for jnp.argmax).
+
+A two-operand ``reduce(x, index, init_x, init_index)`` whose comparator behaves like argmax (or argmin) -- keep
+the larger (smaller) value, NaN counting as the largest (smallest), ties to the smaller index -- and whose index
+operand is an iota along the reduced dimension becomes::
+
+    m   = reduce(x, init_x), to_apply=maximum (minimum)            the value result
+    hit = or(compare(x, broadcast(m), EQ), compare(x, x, NE))      where the extreme (or a NaN) is
+    i   = convert_s32(reduce(select(hit, convert_f32(index), +inf), +inf), to_apply=minimum)
+
+which the backend lowers with its row reductions (indices below 2^24 are exact in fp32). The comparator is
+recognized by what it computes, not by its text: it is evaluated on probe values (infinities, NaN, ties) and
+must agree with argmax or argmin on every one. The init values must be the reduction's identity (-inf/+inf, or
+the integer type's extremes) and index 0.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from compiler.passes.interface import HloPass
+from compiler.passes.utils import new_instruction, reachable_computations
+from hlo.interpreter import evaluate_computation
+from hlo.ir import Computation, Instruction, Module, Shape, numpy_dtype
+
+_PROBES_FLOAT = (-np.inf, -1.5, 0.0, 2.0, np.inf, np.nan)
+_PROBES_INT = (-7, 0, 3)
+
+
+def _is_nan(v) -> bool:
+    return isinstance(v, float) and v != v
+
+
+def _reference(kind: str, a, ia: int, b, ib: int) -> tuple:
+    """argmax/argmin's combiner: the pair kept."""
+    if _is_nan(a) or _is_nan(b):
+        if _is_nan(a) and _is_nan(b):
+            return None  # which NaN wins is left to the reduction order
+        return (a, ia) if _is_nan(a) else (b, ib)
+    better = a > b if kind == "max" else a < b
+    if better or (a == b and ia < ib):
+        return a, ia
+    return b, ib
+
+
+def comparator_kind(comp: Computation, dtype: str) -> str | None:
+    """"max" or "min" when ``comp`` computes argmax's or argmin's combiner on (value, s32 index) pairs."""
+    params = comp.parameters
+    if len(params) != 4 or [p.shape.dtype for p in params] != [dtype, "s32", dtype, "s32"]:
+        return None
+    probes = _PROBES_FLOAT if dtype in ("f16", "bf16", "f32") else _PROBES_INT
+    np_dtype = numpy_dtype(dtype)
+    for kind in ("max", "min"):
+        ok = True
+        for (a, b), (ia, ib) in itertools.product(itertools.product(probes, repeat=2), ((0, 1), (1, 0), (2, 2))):
+            want = _reference(kind, a, ia, b, ib)
+            if want is None:
+                continue
+            args = [np.array(a, np_dtype), np.array(ia, np.int32), np.array(b, np_dtype), np.array(ib, np.int32)]
+            with np.errstate(all="ignore"):
+                got = evaluate_computation(comp, args)
+            value, index = (float(np.asarray(g)) for g in got)
+            if int(index) != want[1] or not (value == float(want[0]) or (_is_nan(value) and _is_nan(want[0]))):
+                ok = False
+                break
+        if ok:
+            return kind
+    return None
+
+
+def _is_iota_along(inst: Instruction, dim: int) -> bool:
+    if inst.opcode == "iota":
+        return inst.attrs.get("iota_dimension") == dim
+    if inst.opcode == "broadcast" and inst.operands[0].opcode == "iota":
+        mapping = tuple(inst.attrs.get("dimensions", ()))
+        return mapping[inst.operands[0].attrs.get("iota_dimension", 0)] == dim
+    return False
+
+
+def _scalar(inst: Instruction) -> float | None:
+    if inst.opcode != "constant" or inst.literal is None or inst.literal.size != 1:
+        return None
+    return float(np.asarray(inst.literal, np.float64).reshape(()))
+
+
+class ArgReduceExpander(HloPass):
+    name = "arg_reduce_expander"
+
+    def run(self, module: Module) -> bool:
+        changed = False
+        self._reducers: dict[tuple[str, str], Computation] = {}
+        for comp in reachable_computations(module):
+            for red in [i for i in comp.instructions if i.opcode == "reduce" and len(i.operands) == 4]:
+                kind = self._match(red)
+                if kind is not None:
+                    self._rewrite(module, comp, red, kind)
+                    changed = True
+        return changed
+
+    @staticmethod
+    def _match(red: Instruction) -> str | None:
+        x, index, init_x, init_i = red.operands
+        dims = tuple(red.attrs.get("dimensions", ()))
+        if len(dims) != 1 or index.shape.dtype != "s32" or x.shape.dtype not in ("f16", "bf16", "f32"):
+            return None
+        if not _is_iota_along(index, dims[0]) or not 0 < x.shape.dims[dims[0]] < 1 << 24 or _scalar(init_i) != 0:
+            return None
+        comp = red.attrs.get("to_apply")
+        kind = comparator_kind(comp, x.shape.dtype) if isinstance(comp, Computation) else None
+        identity = -np.inf if kind == "max" else np.inf
+        return kind if kind is not None and _scalar(init_x) == identity else None
+
+    def _reducer(self, module: Module, op: str, dtype: str) -> Computation:
+        key = (op, dtype)
+        if key not in self._reducers:
+            a = Instruction(module.unique_name(f"{op}_lhs"), "parameter", Shape(dtype, ()), parameter_number=0)
+            b = Instruction(module.unique_name(f"{op}_rhs"), "parameter", Shape(dtype, ()), parameter_number=1)
+            root = Instruction(module.unique_name(op), op, Shape(dtype, ()), [a, b])
+            comp = Computation(module.unique_name(f"{op}_{dtype}"), [a, b, root], root)
+            module.add_computation(comp)
+            self._reducers[key] = comp
+        return self._reducers[key]
+
+    def _rewrite(self, module: Module, comp: Computation, red: Instruction, kind: str) -> None:
+        x, index, init_x, _ = red.operands
+        (dim,) = tuple(red.attrs["dimensions"])
+        dtype, dims = x.shape.dtype, x.shape.dims
+        kept = tuple(d for d in range(len(dims)) if d != dim)
+        out_dims = tuple(dims[d] for d in kept)
+        new: list[Instruction] = []
+
+        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
+                literal=None) -> Instruction:
+            inst = new_instruction(module, opcode, shape, operands, attrs, red.metadata, literal=literal,
+                                   name=f"{red.name}.{opcode}")
+            new.append(inst)
+            return inst
+
+        op = "maximum" if kind == "max" else "minimum"
+        m = add("reduce", Shape(dtype, out_dims), [x, init_x], {"dimensions": (dim,),
+                                                                "to_apply": self._reducer(module, op, dtype)})
+        mb = add("broadcast", Shape(dtype, dims), [m], {"dimensions": kept})
+        eq = add("compare", Shape("pred", dims), [x, mb], {"direction": "EQ"})
+        nan = add("compare", Shape("pred", dims), [x, x], {"direction": "NE"})
+        hit = add("or", Shape("pred", dims), [eq, nan])
+        idx = add("convert", Shape("f32", dims), [index])
+        inf = add("constant", Shape("f32", ()), [], literal=np.array(np.inf, np.float32))
+        big = add("broadcast", Shape("f32", dims), [inf], {"dimensions": ()})
+        picked = add("select", Shape("f32", dims), [hit, idx, big])
+        first = add("reduce", Shape("f32", out_dims), [picked, inf],
+                    {"dimensions": (dim,), "to_apply": self._reducer(module, "minimum", "f32")})
+        i = add("convert", Shape("s32", out_dims), [first])
+        result = add("tuple", red.shape, [m, i])
+        at = comp.instructions.index(red)
+        comp.instructions[at:at + 1] = new
+        comp.replace_all_uses(red, result)
+        for user in [u for u in comp.instructions if u.opcode == "get-tuple-element" and u.operands == [result]]:
+            comp.replace_all_uses(user, result.operands[user.attrs["index"]])
+            comp.remove(user)

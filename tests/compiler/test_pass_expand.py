@@ -1,0 +1,34 @@
+"""The expanders (compiler/passes/expand) on HLO that XLA wrote (the conformance corpus): the rewritten module
+computes jax's numbers in the interpreter, and the op the backend cannot lower is gone."""
+
+from __future__ import annotations
+
+from compiler.passes.control.call_inliner import CallInliner
+from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
+from hlo.interpreter import evaluate
+from hlo.parser import parse_module
+from hlo.verifier import verify_module
+from tests.xla_corpus.corpus import load_case, mismatch
+
+
+def _expanded(name: str, *passes):
+    case = load_case(name)
+    module = parse_module(case.hlo)
+    for p in (CallInliner(), *passes):
+        p.run(module)
+    verify_module(module)
+    assert mismatch(evaluate(module, case.inputs), case.outputs) is None
+    return module
+
+
+def test_argmax_argmin_become_two_plain_reductions():
+    module = _expanded("reduce_argmax_argmin", ArgReduceExpander())
+    assert not [i for i in module.entry.instructions if i.opcode == "reduce" and len(i.operands) != 2]
+
+
+def test_the_comparator_is_recognized_by_what_it_computes():
+    module = parse_module(load_case("reduce_argmax_argmin").hlo)
+    kinds = sorted(k for c in module.computations if (k := comparator_kind(c, "f32")) is not None)
+    assert kinds == ["max", "max", "min", "min"]  # argmax and argmin, of a matrix and of a vector
+    sort = parse_module(load_case("sort_argsort_stable").hlo)
+    assert all(comparator_kind(c, "s32") is None for c in sort.computations)
