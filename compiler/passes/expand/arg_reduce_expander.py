@@ -50,6 +50,9 @@ def comparator_kind(comp: Computation, dtype: str) -> str | None:
     params = comp.parameters
     if len(params) != 4 or [p.shape.dtype for p in params] != [dtype, "s32", dtype, "s32"]:
         return None
+    root = comp.root
+    if root is None or not root.shape.is_tuple or len(root.shape.tuple_shapes) != 2:
+        return None
     probes = _PROBES_FLOAT if dtype in ("f16", "bf16", "f32") else _PROBES_INT
     np_dtype = numpy_dtype(dtype)
     for kind in ("max", "min"):
