@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
+from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
 from hlo.interpreter import evaluate
 from hlo.parser import parse_module
 from hlo.verifier import verify_module
@@ -32,3 +33,10 @@ def test_the_comparator_is_recognized_by_what_it_computes():
     assert kinds == ["max", "max", "min", "min"]  # argmax and argmin, of a matrix and of a vector
     sort = parse_module(load_case("sort_argsort_stable").hlo)
     assert all(comparator_kind(c, "s32") is None for c in sort.computations)
+
+
+def test_transposed_convolution_becomes_pad_and_plain_convolution():
+    module = _expanded("conv_transposed", ConvLhsDilationExpander())
+    (conv,) = [i for i in module.entry.instructions if i.opcode == "convolution"]
+    assert conv.operands[0].opcode == "pad"
+    assert all(d.lhs_dilate == 1 and d.pad_low == d.pad_high == 0 for d in conv.attrs["window"].dims)
