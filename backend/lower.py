@@ -10,6 +10,8 @@ lowers it (the kernels of every op class register there); fusions dispatch on wh
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -368,6 +370,28 @@ def _attention_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: l
     return out
 
 
+MAX_REVERSE_COPIES = 256
+
+
+def _reverse(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
+    """One copy per index combination of the reversed dims: slice i of the operand to slice n - 1 - i."""
+    out = lw.destination(inst)
+    x = view_of(ops[0], inst.operands[0])
+    rev = tuple(sorted(inst.attrs.get("dimensions", ())))
+    dims = inst.shape.dims
+    copies = math.prod(dims[d] for d in rev)
+    if copies > MAX_REVERSE_COPIES:
+        raise CompilationError(f"{inst.where()}: reverse over {copies} slices (more than {MAX_REVERSE_COPIES}) is "
+                               "not supported by the backend")
+    name = lw.name(inst)
+    for idx in itertools.product(*(range(dims[d]) for d in rev)):
+        at = dict(zip(rev, idx, strict=True))
+        src = tuple((at[d], at[d] + 1, 1) if d in at else (0, n, 1) for d, n in enumerate(dims))
+        dst = tuple((n - 1 - at[d], n - at[d], 1) if d in at else (0, n, 1) for d, n in enumerate(dims))
+        copy_kernel(lw.b, x.slice(src), out.slice(dst), name, inst.where())
+    return out
+
+
 def _while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     raise CompilationError(f"{inst.where()}: a while loop whose trip count is not a static one of at most 16 (the "
                            "while_unroller unrolls those) is not supported: the ISA has no loop instruction")
@@ -376,6 +400,7 @@ def _while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
 # opcode -> handler of an unfused instruction (op classes register their kernels here)
 KERNELS: dict[str, Handler] = {
     "while": _while,
+    "reverse": _reverse,
     "dot": anchored(plan_dot, dot_kernel, materializes=True),
     "fusion": _fusion,
     "reduce": _reduce,
