@@ -24,7 +24,7 @@ OP_CLASSES = ("elementwise", "broadcast", "reduce", "dot", "batch_dot", "transpo
               "concatenate", "convert", "select", "pad")
 DIM_TIERS = (((1, 8), 55), ((9, 64), 30), ((65, 256), 10), ((257, 700), 5))
 UNARY = (("negate", 10), ("tanh", 15), ("logistic", 10), ("exponential", 10), ("log", 8), ("sqrt", 8),
-         ("rsqrt", 6), ("gelu", 6), ("gelu_tanh", 4))
+         ("rsqrt", 6), ("gelu", 6), ("gelu_tanh", 4), ("sine", 4), ("cosine", 4), ("abs", 4))
 BINARY = (("add", 25), ("multiply", 20), ("subtract", 15), ("maximum", 12), ("minimum", 8), ("divide", 10),
           ("power", 5))
 CONSTANTS = (0.0, 0.5, 1.0, -1.5, 2.0, 3.0, -0.25)
@@ -221,7 +221,7 @@ class _Generator:
         a = self.pick() or self.param(self.ch.choice(self.cfg.dtypes), self.shape())
         if self.ch.boolean(35):
             fn = self.ch.weighted(UNARY)
-            if fn == "exponential":
+            if fn in ("exponential", "sine", "cosine"):  # sin/cos: a large argument amplifies its rounding
                 a = self.bounded(a, 8.0)
             elif fn in ("log", "sqrt", "rsqrt"):
                 a = self.positive(a)
@@ -486,6 +486,10 @@ def _unary_range(fn: str, lo: float, hi: float) -> tuple[float, float]:
         return math.sqrt(lo), math.sqrt(hi)
     if fn == "rsqrt":
         return 1 / math.sqrt(hi), 1 / math.sqrt(lo)
+    if fn in ("sine", "cosine"):
+        return -1.0, 1.0
+    if fn == "abs":
+        return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
     return min(-0.17, lo), max(0.0, hi)  # gelu, gelu_tanh
 
 

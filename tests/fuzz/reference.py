@@ -37,7 +37,8 @@ class NotModeled(Exception):
 
 _T_UNARY: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
     "negate": torch.neg, "tanh": torch.tanh, "logistic": torch.sigmoid, "exponential": torch.exp,
-    "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "abs": torch.abs,
+    "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "abs": torch.abs, "sine": torch.sin,
+    "cosine": torch.cos,
 }
 _T_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "subtract": torch.sub, "multiply": torch.mul, "divide": torch.div,
