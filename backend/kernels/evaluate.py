@@ -390,7 +390,7 @@ class TileEvaluator:
         elif op == "select":
             p, x, y = (self._array(i, kind) for i in node.inputs)
             b.select(out, p, x, y, f"{self.label} select")
-        elif op in SWAPPED or op in ("subtract", "divide", "pow"):
+        elif op in SWAPPED or op in ("subtract", "divide", "pow", "remainder"):
             self._binary(node, out, kind)
         else:
             raise CompilationError(f"{where_of(node)}: elementwise op {op!r} has no instruction mapping")

@@ -30,7 +30,7 @@ HLO_UNARY: dict[str, str] = {
     "sign": "sign", "not": "not", "exponential-minus-one": "expm1", "log-plus-one": "log1p",
     "sine": "sin", "cosine": "cos", "tan": "tan", "erf": "erf", "cbrt": "cbrt", "floor": "floor", "ceil": "ceil",
     "round-nearest-even": "round_even", "round-nearest-afz": "round_afz", "is-finite": "is_finite",
-    "popcnt": "popcnt",
+    "popcnt": "popcnt", "count-leading-zeros": "clz",
 }
 CUSTOM_CALL_UNARY: dict[str, str] = {"gelu": "gelu", "gelu_tanh": "gelu_tanh"}
 # elementwise ops with a rule of their own in the builder (fused.py), beside the tables
@@ -139,6 +139,14 @@ def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> N
                     inst=inst)
     if op == "popcnt":
         return _popcnt(x, dtype, inst)
+    if op == "clz":  # smear the highest set bit rightwards, then bits - popcount
+        bits = isa_dtype(dtype).itemsize * 8
+        shift = 1
+        while shift < bits:
+            x = Node("bitwise_or", dtype, (x, Node("shift_right_logical", dtype, (x, scalar(shift, dtype, inst)),
+                                                   inst=inst)), inst=inst)
+            shift *= 2
+        return Node("subtract", dtype, (scalar(bits, dtype, inst), _popcnt(x, dtype, inst)), inst=inst)
     if op == "expm1":
         return Node("subtract", dtype, (Node("exp", dtype, (x,), inst=inst), scalar(1.0, dtype, inst)), inst=inst)
     if op == "log1p":
