@@ -15,8 +15,9 @@ import itertools
 
 from backend.alloc import PoolSpec, Tile
 from backend.emit import ProgramBuilder
+from backend.kernels import integer
 from backend.kernels.elementwise import fused_kernel, merge_groups
-from backend.kernels.expr import REDUCE_IDENTITY, Node
+from backend.kernels.expr import REDUCE_IDENTITY, Node, walk
 from backend.layout import View, itemsize
 
 PE_DTYPES = ("f32", "bf16", "f16")
@@ -25,6 +26,9 @@ PE_DTYPES = ("f32", "bf16", "f16")
 def reduce_kernel(builder: ProgramBuilder, root: Node, out: View, reduce_axes: tuple[int, ...], name: str,
                   where: str) -> None:
     """A kernel for a lone reduce: `root` over the operand's dims, `out` broadcast along reduce_axes."""
+    for node in walk(root):
+        if node.is_reduce:
+            integer.check_reduce(node)  # partition_reduce and PE sums are fp32 too
     column = _column_operand(root)
     if column is None or _reduces_minor_axis(column[0], reduce_axes) or len(reduce_axes) == column[0].rank:
         fused_kernel(builder, root, out, name, where, reduce_axes)
