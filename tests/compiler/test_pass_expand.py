@@ -6,6 +6,7 @@ from __future__ import annotations
 from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
+from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
 from hlo.interpreter import evaluate
 from hlo.parser import parse_module
 from hlo.verifier import verify_module
@@ -40,3 +41,14 @@ def test_transposed_convolution_becomes_pad_and_plain_convolution():
     (conv,) = [i for i in module.entry.instructions if i.opcode == "convolution"]
     assert conv.operands[0].opcode == "pad"
     assert all(d.lhs_dilate == 1 and d.pad_low == d.pad_high == 0 for d in conv.attrs["window"].dims)
+
+
+def test_dynamic_slices_with_runtime_offsets_become_selects():
+    for name in ("dynamic_slice", "dynamic_update_slice", "dynamic_index_embedding"):
+        module = _expanded(name, DynamicSliceExpander())
+        assert not [i for i in module.entry.instructions if i.opcode.startswith("dynamic")]
+
+
+def test_dynamic_slices_with_many_offsets_are_left_alone():
+    module = parse_module(load_case("dynamic_slice").hlo)
+    assert not DynamicSliceExpander(max_candidates=4).run(module)

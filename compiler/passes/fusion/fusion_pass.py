@@ -241,7 +241,8 @@ class FusionPass(HloPass):
         added = [producer]
         ready = [w for w in waiting.values() if all(u.uid in group.members for u in users[w[0]])]
         for p, c in ready:
-            del waiting[p.uid]
+            if waiting.pop(p.uid, None) is None:  # a recursive call below already took it
+                continue
             added += self._try_add(group, p, c, users, position, claimed, waiting)
         return added
 
