@@ -21,6 +21,7 @@ import numpy as np
 
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
+from backend.kernels import integer
 from backend.kernels.evaluate import Coords, PVec, Temporaries, TempStore, TileEvaluator, dry_operand, iota_form
 from backend.kernels.expr import Node, leaf, substitute_views, unary, varies, view_nodes, walk
 from backend.kernels.leaves import LeafLoader
@@ -264,7 +265,8 @@ class _RowKernel(_LoopKernel):
                 self.evaluate(b, temps.store(), operands, pw, plan.F, coords[0], dst, label)
                 self.store(dst, fixed, p0, pw, chunks[0], label)
                 continue
-            accs = {id(r): pools["racc"].next().flat("f32", pw, 1) for r in reduces}
+            accs = {id(r): pools["racc"].next().flat(r.dtype if integer.needs_exact_reduce(r) else "f32", pw, 1)
+                    for r in reduces}
             for i, free in enumerate(chunks):
                 fw = prod(n for _, _, n in free)
                 operands = self.loader.load(fixed, p0, pw, free)
@@ -325,6 +327,14 @@ class _RowKernel(_LoopKernel):
                     b.copy(acc, value.ap, f"{label} {node.op}")
                 else:
                     b.memset(acc, value.value, f"{label} {node.op}")  # type: ignore[union-attr]
+            elif integer.needs_exact_reduce(node):  # exact integers: combine on GpSimd (math=int)
+                if isinstance(value, PVec):
+                    b.emit("pool", "tensor_tensor", f"{label} {node.op} combine", {"op": op, "math": "int"},
+                           dst=acc, a=acc, b=value.ap)
+                else:
+                    b.emit("pool", "tensor_scalar", f"{label} {node.op} combine",
+                           {"op": op, "scalar": float(value.value), "math": "int"},  # type: ignore[union-attr]
+                           dst=acc, src=acc)
             elif isinstance(value, PVec):
                 b.tensor_tensor(acc, acc, value.ap, op, f"{label} {node.op} combine")
             else:

@@ -21,7 +21,7 @@ Temporaries come from free lists and return when their last user has been emitte
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -264,6 +264,8 @@ class TileEvaluator:
             return integer.fold(node, [self._eval(i).value for i in node.inputs])  # type: ignore[union-attr]
         values = [np.float32(self._eval(i).value) for i in node.inputs]  # type: ignore[union-attr]
         if node.op in REDUCE_OPS:
+            if node.op == "reduce_multiply":
+                return float(values[0] ** self.fw)
             return float(values[0] * self.fw) if node.op == "reduce_add" else float(values[0])
         fn = FOLD.get(node.op)
         if fn is None:
@@ -416,8 +418,8 @@ class TileEvaluator:
 
     def _int_scalar_op(self, out: AccessPattern, src: AccessPattern, op: str, other: Node, label: str) -> None:
         args = self._scalar_args(other)
-        if args["scalar_vec"] is not None and args["scalar_vec"].dtype != src.dtype:
-            raise CompilationError(f"{where_of(other)}: internal error: integer vector operand of another type")
+        if args["scalar_vec"] is not None and not integer.is_integer(args["scalar_vec"].dtype):
+            raise CompilationError(f"{where_of(other)}: internal error: a float vector operand of an integer op")
         self._int_emit("tensor_scalar", label, {"op": op, "scalar": float(args["scalar"])}, dst=out, src=src,
                        scalar_vec=args["scalar_vec"])
 
@@ -457,16 +459,43 @@ class TileEvaluator:
         return {"scalar": 0.0, "scalar_vec": operand.ap}  # type: ignore[union-attr]
 
     def _reduce(self, node: Node, out: AccessPattern) -> None:
-        integer.check_reduce(node)
         op = node.op[len("reduce_"):]
         operand = self._eval(node.inputs[0])
-        if isinstance(operand, Tensor):
+        if isinstance(operand, Tensor) and (integer.needs_exact_reduce(node) or op == "multiply"):
+            self._tree_reduce(node, out, operand.ap, op)
+        elif isinstance(operand, Tensor):
             self.b.tensor_reduce(out, operand.ap, op, f"{self.label} {node.op}")
+        elif op == "add" and integer.needs_exact_reduce(node):  # fw equal integers
+            self._int_emit("tensor_scalar", f"{self.label} {node.op}", {"op": "multiply", "scalar": float(self.fw)},
+                           dst=out, src=operand.ap)  # type: ignore[union-attr]
         elif op == "add":  # a vector summed over fw equal elements
             self.b.tensor_scalar(out, operand.ap, "multiply", float(self.fw), f"{self.label} {node.op}")
+        elif op == "multiply":
+            raise CompilationError(f"{where_of(node)}: a product of a value broadcast along the reduced axes is not "
+                                   "supported by the backend")
         else:
             self.b.copy(out, operand.ap, f"{self.label} {node.op}")  # type: ignore[union-attr]
         self._consume(node)
+
+    def _tree_reduce(self, node: Node, out: AccessPattern, src: AccessPattern, op: str) -> None:
+        """A reduction over the free axis by pairwise halving: the upper half is combined into the lower until
+        one element is left. Integers: exact on GpSimd (math=int; wrapping adds are associative); products
+        (no engine reduces by multiplying): fp32 multiplies."""
+        label = f"{self.label} {node.op}"
+        work = self._scratch("T", node.inputs[0].dtype)
+        self.b.copy(work, src, f"{label} stage", engines=("dve", "pool"))
+        size = src.itemsize
+        n = self.fw
+        while n > 1:
+            h = n // 2
+            lo = replace(work, pattern=((1, h),))
+            hi = replace(work, offset=work.offset + (n - h) * size, pattern=((1, h),))
+            if integer.is_integer(work.dtype):
+                self._int_emit("tensor_tensor", label, {"op": op}, dst=lo, a=lo, b=hi)
+            else:
+                self.b.tensor_tensor(lo, lo, hi, op, label)
+            n -= h
+        self.b.copy(out, replace(work, pattern=((1, 1),)), f"{label} result", engines=("dve", "pool"))
 
     def _iota_form(self, node: Node) -> str:
         assert node.view is not None and self.coords is not None

@@ -45,8 +45,9 @@ COMPARE_DIRECTIONS: dict[str, str] = {
     "EQ": "is_equal", "NE": "not_equal", "GT": "is_gt", "GE": "is_ge", "LT": "is_lt", "LE": "is_le",
 }
 # reducer computation root opcode -> reduction (pred and/or reduce like min/max of 0/1)
-REDUCERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "and": "min", "or": "max"}
-REDUCE_IDENTITY: dict[str, float] = {"add": 0.0, "max": -math.inf, "min": math.inf}
+REDUCERS: dict[str, str] = {"add": "add", "maximum": "max", "minimum": "min", "and": "min", "or": "max",
+                            "multiply": "multiply"}
+REDUCE_IDENTITY: dict[str, float] = {"add": 0.0, "max": -math.inf, "min": math.inf, "multiply": 1.0}
 ACT_FUNCS = frozenset({"tanh", "sigmoid", "exp", "log", "sqrt", "rsqrt", "gelu", "gelu_tanh", "relu",
                        "reciprocal", "square", "silu", "sin", "cos", "tan", "arctan", "erf", "cbrt", "floor",
                        "ceil", "round_even", "round_afz"})
@@ -61,7 +62,7 @@ SWAPPED: dict[str, str] = {
     "logical_and": "logical_and", "logical_or": "logical_or", "bitwise_and": "bitwise_and",
     "bitwise_or": "bitwise_or", "bitwise_xor": "bitwise_xor",
 }
-REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min")
+REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min", "reduce_multiply")
 PRED = "pred"  # HLO pred: the machine's pred type (one byte, 0 or 1)
 INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32"})
 

@@ -39,14 +39,21 @@ def is_int_node(node: Node) -> bool:
     return bool(node.inputs) and is_integer(node.dtype) and all(is_integer(i.dtype) for i in node.inputs)
 
 
-def check_reduce(node: Node) -> None:
-    """Refuse a free-axis reduction the fp32 DVE cannot compute exactly on integers."""
+def needs_exact_reduce(node: Node) -> bool:
+    """A reduction of integers the fp32 engines (DVE tensor_reduce, POOL partition_reduce, PE) would not
+    compute exactly: anything but max/min of types of at most 16 bits and pred."""
     src = node.inputs[0]
     if not is_integer(node.dtype) and not is_integer(src.dtype):
-        return
+        return False
     kind = node.op[len("reduce_"):]
-    if kind in ("max", "min") and src.dtype in EXACT_INT_REDUCE_DTYPES:
+    return not (kind in ("max", "min") and src.dtype in EXACT_INT_REDUCE_DTYPES)
+
+
+def check_reduce(node: Node) -> None:
+    """Refuse an integer reduction on a path that computes in fp32 (see needs_exact_reduce)."""
+    if not needs_exact_reduce(node):
         return
+    kind, src = node.op[len("reduce_"):], node.inputs[0]
     raise CompilationError(f"{where_of(node)}: an integer {kind} reduction of {src.dtype} is not computed exactly "
                            "by the machine (the vector engine reduces in fp32); refused "
                            "(docs/integer-semantics.md)")

@@ -19,6 +19,7 @@ from backend.kernels import integer
 from backend.kernels.elementwise import fused_kernel, merge_groups
 from backend.kernels.expr import REDUCE_IDENTITY, Node, walk
 from backend.layout import View, itemsize
+from hlo.errors import CompilationError
 
 PE_DTYPES = ("f32", "bf16", "f16")
 
@@ -26,13 +27,15 @@ PE_DTYPES = ("f32", "bf16", "f16")
 def reduce_kernel(builder: ProgramBuilder, root: Node, out: View, reduce_axes: tuple[int, ...], name: str,
                   where: str) -> None:
     """A kernel for a lone reduce: `root` over the operand's dims, `out` broadcast along reduce_axes."""
-    for node in walk(root):
-        if node.is_reduce:
-            integer.check_reduce(node)  # partition_reduce and PE sums are fp32 too
     column = _column_operand(root)
     if column is None or _reduces_minor_axis(column[0], reduce_axes) or len(reduce_axes) == column[0].rank:
         fused_kernel(builder, root, out, name, where, reduce_axes)
         return
+    for node in walk(root):
+        if node.is_reduce:
+            integer.check_reduce(node)  # partition_reduce and PE sums are fp32
+            if node.op == "reduce_multiply":
+                raise CompilationError(f"{where}: a product across partitions is not supported by the backend")
     _ColumnReduce(builder, *column, out, reduce_axes, name, where).emit()
 
 

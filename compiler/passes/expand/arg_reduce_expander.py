@@ -2,7 +2,7 @@
 
 A two-operand ``reduce(x, index, init_x, init_index)`` whose comparator behaves like argmax (or argmin) -- keep
 the larger (smaller) value, NaN counting as the largest (smallest), ties to the smaller index -- and whose index
-operand is an iota along the reduced dimension becomes::
+operand is an iota along the reduced dimension (floats or integers) becomes::
 
     m   = reduce(x, init_x), to_apply=maximum (minimum)            the value result
     hit = or(compare(x, broadcast(m), EQ), compare(x, x, NE))      where the extreme (or a NaN) is
@@ -25,6 +25,8 @@ from compiler.passes.utils import new_instruction, reachable_computations
 from hlo.interpreter import evaluate_computation
 from hlo.ir import Computation, Instruction, Module, Shape, numpy_dtype
 
+_FLOATS = ("f16", "bf16", "f32")
+_INTS = ("s8", "s16", "s32", "u8", "u16", "u32")
 _PROBES_FLOAT = (-np.inf, -1.5, 0.0, 2.0, np.inf, np.nan)
 _PROBES_INT = (-7, 0, 3)
 
@@ -53,7 +55,9 @@ def comparator_kind(comp: Computation, dtype: str) -> str | None:
     root = comp.root
     if root is None or not root.shape.is_tuple or len(root.shape.tuple_shapes) != 2:
         return None
-    probes = _PROBES_FLOAT if dtype in ("f16", "bf16", "f32") else _PROBES_INT
+    probes = _PROBES_FLOAT if dtype in _FLOATS else _PROBES_INT
+    if dtype.startswith("u"):
+        probes = tuple(abs(p) for p in probes)
     np_dtype = numpy_dtype(dtype)
     for kind in ("max", "min"):
         ok = True
@@ -106,14 +110,20 @@ class ArgReduceExpander(HloPass):
     def _match(red: Instruction) -> str | None:
         x, index, init_x, init_i = red.operands
         dims = tuple(red.attrs.get("dimensions", ()))
-        if len(dims) != 1 or index.shape.dtype != "s32" or x.shape.dtype not in ("f16", "bf16", "f32"):
+        if len(dims) != 1 or index.shape.dtype != "s32" or x.shape.dtype not in _FLOATS + _INTS:
             return None
         if not _is_iota_along(index, dims[0]) or not 0 < x.shape.dims[dims[0]] < 1 << 24 or _scalar(init_i) != 0:
             return None
         comp = red.attrs.get("to_apply")
         kind = comparator_kind(comp, x.shape.dtype) if isinstance(comp, Computation) else None
-        identity = -np.inf if kind == "max" else np.inf
-        return kind if kind is not None and _scalar(init_x) == identity else None
+        if kind is None:
+            return None
+        if x.shape.dtype in _INTS:
+            info = np.iinfo(numpy_dtype(x.shape.dtype))
+            identity = float(info.min if kind == "max" else info.max)
+        else:
+            identity = -np.inf if kind == "max" else np.inf
+        return kind if _scalar(init_x) == identity else None
 
     def _reducer(self, module: Module, op: str, dtype: str) -> Computation:
         key = (op, dtype)
