@@ -163,6 +163,10 @@ def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> N
 
 def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
     """A binary node: HLO names (and/or/xor) become the logical (pred) or bitwise (int) ALU op."""
+    if inst is not None and inst.opcode == "compare" and inst.attrs.get("type") == "TOTALORDER" and \
+            a.dtype not in INT_DTYPES:  # -0 < +0 and NaN ordering: the ALU compares by IEEE rules
+        raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: a float compare with type=TOTALORDER is not "
+                               "supported by the backend")
     if op in ("and", "or", "xor"):
         if a.dtype == PRED:
             op = {"and": "logical_and", "or": "logical_or", "xor": "not_equal"}[op]
