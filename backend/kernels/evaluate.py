@@ -418,8 +418,9 @@ class TileEvaluator:
 
     def _int_scalar_op(self, out: AccessPattern, src: AccessPattern, op: str, other: Node, label: str) -> None:
         args = self._scalar_args(other)
-        if args["scalar_vec"] is not None and not integer.is_integer(args["scalar_vec"].dtype):
-            raise CompilationError(f"{where_of(other)}: internal error: a float vector operand of an integer op")
+        if args["scalar_vec"] is not None and not self.temps.dry and not integer.is_integer(args["scalar_vec"].dtype):
+            raise CompilationError(f"{where_of(other)}: internal error: a float vector operand "
+                                   f"({args['scalar_vec'].dtype}) of an integer op")
         self._int_emit("tensor_scalar", label, {"op": op, "scalar": float(args["scalar"])}, dst=out, src=src,
                        scalar_vec=args["scalar_vec"])
 

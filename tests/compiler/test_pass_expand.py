@@ -7,6 +7,7 @@ from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
 from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
+from compiler.passes.expand.scatter_expander import ScatterExpander
 from hlo.interpreter import evaluate
 from hlo.parser import parse_module
 from hlo.verifier import verify_module
@@ -52,3 +53,9 @@ def test_dynamic_slices_with_runtime_offsets_become_selects():
 def test_dynamic_slices_with_many_offsets_are_left_alone():
     module = parse_module(load_case("dynamic_slice").hlo)
     assert not DynamicSliceExpander(max_candidates=4).run(module)
+
+
+def test_scatters_with_every_combiner_become_masked_updates():
+    for name in ("scatter_set", "scatter_add", "scatter_mul", "scatter_min", "scatter_max", "scatter_add_s32_2d"):
+        module = _expanded(name, ScatterExpander())
+        assert not [i for i in module.entry.instructions if i.opcode == "scatter"], name
