@@ -7,6 +7,7 @@ from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
 from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
+from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
 from hlo.interpreter import evaluate
 from hlo.parser import parse_module
@@ -59,3 +60,10 @@ def test_scatters_with_every_combiner_become_masked_updates():
     for name in ("scatter_set", "scatter_add", "scatter_mul", "scatter_min", "scatter_max", "scatter_add_s32_2d"):
         module = _expanded(name, ScatterExpander())
         assert not [i for i in module.entry.instructions if i.opcode == "scatter"], name
+
+
+def test_short_8_bit_integer_dots_run_in_fp32_exactly_and_wide_ones_stay():
+    module = _expanded("dot_s8_to_s32", IntegerDotExpander())
+    assert [i.shape.dtype for i in module.entry.instructions if i.opcode == "dot"] == ["f32"]
+    module = _expanded("dot_s32", IntegerDotExpander())
+    assert [i.shape.dtype for i in module.entry.instructions if i.opcode == "dot"] == ["s32"]
