@@ -65,6 +65,7 @@ SWAPPED: dict[str, str] = {
 REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min", "reduce_multiply")
 PRED = "pred"  # HLO pred: the machine's pred type (one byte, 0 or 1)
 INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32"})
+UNSIGNED_DTYPES = frozenset({"pred", "u8", "u16", "u32"})
 
 # The virtual buffer behind iota views: element e has the value e.
 IOTA = Buffer("f32", 1 << 62, name="<iota>")
@@ -126,6 +127,8 @@ def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> N
         if x.op == "scalar" and (x.dtype not in INT_DTYPES or dtype not in INT_DTYPES):
             return Node(op, dtype, (x,), inst=inst) if dtype in INT_DTYPES else scalar(x.value, dtype, inst)
         return Node(op, dtype, (x,), inst=inst)
+    if op == "abs" and dtype in UNSIGNED_DTYPES:  # XLA: abs of an unsigned integer is the value itself
+        return x
     if op == "abs":  # max(x, -x)
         return Node("max", dtype, (x, Node("negate", dtype, (x,), inst=inst)), inst=inst)
     if op == "sign":  # (x > 0) - (x < 0); NaN stays NaN

@@ -80,3 +80,18 @@ def test_integer_reductions_along_rows_are_exact():
 def test_integer_reductions_across_partitions_are_refused():
     with pytest.raises(CompilationError, match="not computed exactly"):
         compiler.compile(_max_reduce(0), opt_level=0)
+
+
+def test_abs_of_unsigned_is_the_value_and_negate_wraps():
+    text = """HloModule m
+ENTRY %e (x: u8[6]) -> (u8[6], u8[6]) {
+  %x = u8[6] parameter(0)
+  %a = u8[6] abs(%x)
+  %n = u8[6] negate(%x)
+  ROOT %t = (u8[6], u8[6]) tuple(%a, %n)
+}
+"""
+    x = np.array([0, 1, 127, 128, 200, 255], np.uint8)
+    a, n = _run(text, x)
+    np.testing.assert_array_equal(a, x)
+    np.testing.assert_array_equal(n, (-x.astype(np.int64)).astype(np.uint8))
