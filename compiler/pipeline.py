@@ -27,6 +27,7 @@ from compiler.passes.control.while_unroller import WhileUnroller
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
 from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
+from compiler.passes.expand.gather_expander import GatherExpander
 from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
 from compiler.passes.fusion.fusion_pass import FusionPass
@@ -233,11 +234,12 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
 
     * O0: ``call_inliner``, ``while_unroller``, ``conditional_to_select``, ``arg_reduce_expander``,
       ``conv_lhs_dilation_expander``, ``dynamic_slice_expander``, ``scatter_expander``,
-      ``integer_dot_expander``, ``canonicalize``, ``auto_cast`` --
+      ``gather_expander``, ``integer_dot_expander``, ``canonicalize``, ``auto_cast`` --
       only what lowering needs (the backend lowers straight-line computations: XLA writes a ``call`` per jitted
       helper; counted loops of at most 16 trips unroll; conditionals compute every branch and select; argmax
       and argmin become two plain reductions; a convolution's base dilation becomes a pad; dynamic slices with
-      few possible offsets become selects; scatters with few update positions become masked updates; 8-bit
+      few possible offsets become selects, and so do gathers with few possible indices; scatters with few
+      update positions become masked updates; 8-bit
       integer dots whose sums stay below 2^24 run on PE in fp32).
     * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``cse``,
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
@@ -255,7 +257,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
         raise PassOptionError(f"-O{opt_level}: optimization level must be one of 0, 1, 2, 3")
     passes: list[PassLike] = [CallInliner(), WhileUnroller(), ConditionalToSelect(), ArgReduceExpander(),
                               ConvLhsDilationExpander(), DynamicSliceExpander(), ScatterExpander(),
-                              IntegerDotExpander(), Canonicalize(),
+                              GatherExpander(), IntegerDotExpander(), Canonicalize(),
                               AutoCastPass(options.auto_cast, options.auto_cast_type)]
     if opt_level >= 1:
         passes.append(FixedPoint("simplification",
@@ -266,7 +268,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
         passes.append(FusionPass(strategy=options.fusion))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
-                  "integer_dot_expander", "canonicalize",
+                  "gather_expander", "integer_dot_expander", "canonicalize",
                   "auto_cast",
                   "simplification", "algebraic_simplifier",
                   "constant_folding", "cse", "dce", "fusion"]

@@ -7,6 +7,7 @@ from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander, comparator_kind
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
 from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
+from compiler.passes.expand.gather_expander import GatherExpander
 from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
 from hlo.interpreter import evaluate
@@ -67,3 +68,12 @@ def test_short_8_bit_integer_dots_run_in_fp32_exactly_and_wide_ones_stay():
     assert [i.shape.dtype for i in module.entry.instructions if i.opcode == "dot"] == ["f32"]
     module = _expanded("dot_s32", IntegerDotExpander())
     assert [i.shape.dtype for i in module.entry.instructions if i.opcode == "dot"] == ["s32"]
+
+
+def test_gathers_with_batching_or_several_index_dims_become_selects():
+    for name in ("gather_two_index_dims", "gather_batching_dims", "gather_take_along_axis"):
+        module = _expanded(name, GatherExpander())
+        assert not [i for i in module.entry.instructions if i.opcode == "gather"], name
+    module = parse_module(load_case("gather_take").hlo)
+    CallInliner().run(module)
+    assert not GatherExpander().run(module)  # one indexed dim: the backend's gather kernel
