@@ -18,8 +18,8 @@ from hlo.ir import Instruction
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
-# HLO element type -> ISA dtype. pred is stored as int8 0/1; s64 as int32 (the engines compute in fp32,
-# so integers are exact below 2**24 either way; indices and positions fit).
+# HLO element type -> ISA dtype. pred is the machine's pred type (one byte, 0/1); s64 is stored as int32
+# (indices and positions fit; docs/integer-semantics.md names the gap).
 HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "pred", "s64": "i32",
                               "s8": "i8", "u8": "u8", "s16": "i16", "u16": "u16", "u32": "u32",
                               "f8e4m3fn": "fp8e4", "f8e5m2": "fp8e5"}

@@ -107,7 +107,7 @@ def _compute_dtype(operand: View, where: str) -> str:
     values fp32 holds exactly (i8 always; i32 when the table is a constant below 2^24 in magnitude)."""
     if operand.dtype in ("f32", "bf16", "f16"):
         return operand.dtype
-    if operand.dtype == "i8":
+    if operand.dtype in ("i8", "u8", "pred"):  # 8-bit values: exact in fp32
         return "f32"
     if operand.dtype == "i32" and operand.is_const:
         values = operand.const_array()
