@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
 
 import compiler
 from isa.emulator.timing import contiguous_runs
+from tests.backend.util import BF16, TOL, layer_computation, rand, run_hlo
 from tests.conftest import assert_close
 
 
@@ -51,3 +53,35 @@ def test_written_out_gelu_is_a_matmul_epilogue(auto_cast):
     assert not small_runs(exe)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
+
+
+def constant_layer_text(m: int, k: int, n: int, dtype: str) -> str:
+    """relu(x @ w^T + b) with constant w and b; its result feeds a dot contracting its minor axis, so it
+    is written feature-major (the bias is per partition) and w is the stationary operand."""
+    comp = layer_computation("layer", m, k, n, "relu", dtype)
+    return (f"HloModule layer\n\n{comp}\nENTRY %main (x: {dtype}[{m},{k}], eye: f32[{n},{n}]) -> f32[{m},{n}] {{\n"
+            f"  %x = {dtype}[{m},{k}] parameter(0)\n  %eye = f32[{n},{n}] parameter(1)\n"
+            f'  %w = {dtype}[{n},{k}] constant({{...}}), data="w"\n  %b = f32[{n}] constant({{...}}), data="b"\n'
+            f"  %h = f32[{m},{n}] fusion(%x, %w, %b), kind=kOutput, calls=%layer\n"
+            f"  ROOT %out = f32[{m},{n}] dot(%h, %eye), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_constant_weights_load_in_one_run_per_block(dtype):
+    """Constant matmul operands are stored tiled as their kernel reads them: every weight DMA reads one
+    contiguous HBM run (a K of 300 is two full K-tiles and a partial one; 700 columns end in a ragged
+    block), and the per-partition bias of a feature-major result is read once, in one DMA."""
+    m, k, n = 96, 300, 700
+    np_dtype = BF16 if dtype == "bf16" else np.float32
+    x, w, b = rand(m, k, seed=1, dtype=np_dtype), (rand(n, k, seed=2) / 10).astype(np_dtype), rand(n, seed=3)
+    eye = np.eye(n, dtype=np.float32)
+    (out,), result = run_hlo(constant_layer_text(m, k, n, dtype), [x, eye], constants={"w": w, "b": b})
+    h = np.maximum(x.astype(np.float32) @ w.astype(np.float32).T + b, 0)
+    np.testing.assert_allclose(out, h, **TOL[dtype])
+    consts = {name for name, t in result.program.tensors.items() if t.kind == "const"}
+    reads = [i for i in result.program.instructions if i.opcode == "dma" and i.comment.startswith("k1.")
+             and i.operands["src"].tensor in consts]
+    assert reads and all(contiguous_runs(i.operands["src"]) == 1 for i in reads)
+    bias = [i for i in reads if i.operands["src"].dtype == "f32" and i.operands["src"].nbytes <= 4 * 128 * -(-n // 128)
+            and "stat" not in i.comment and "mov" not in i.comment]
+    assert len(bias) == 1
