@@ -16,7 +16,7 @@ class BackendOptions:
     # -- dot kernels ------------------------------------------------------------------------------------
     moving_tile: int = 512  # free size of one multiply_moving (<= target pe.max_n)
     group_banks: int = 4  # max moving tiles (PSUM banks) accumulated under one load_stationary
-    max_stationary_blocks: int = 4  # max 128-wide stationary blocks accumulated together
+    max_stationary_blocks: int = 8  # max 128-wide stationary blocks per super-block (reuse of a streamed moving tile)
     psum_acc_banks: int = 4  # PSUM banks in the rotating accumulator pool (R*G <= half of it)
     psum_transpose_banks: int = 4  # PSUM banks for PE transposes (4 blocks of 128x128 fp32 per bank)
     stationary_buffers: int = 2  # rotating buffers for the stationary operand of one P-block

@@ -175,15 +175,17 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     def pool_specs(resident: bool, caps: tuple[int, int], deep: bool = False
                    ) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
-        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps)
+        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps,
+                                  blockwise=not resident)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
                  PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
-                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else nk * pmax * csz, stat_bufs(most, deep),
-                          source=stat0.stages)]
+                          max(opts.output_buffers, (most if resident else 1) * min(len(f_tiles), opts.psum_acc_banks)
+                              + 2)),
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else nk * pmax * csz,
+                          stat_bufs(most, deep) if resident else most + 2, source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
@@ -283,9 +285,23 @@ class _Loop:
                     g0 = grp[0][0]
                     gcols = grp[-1][0] + grp[-1][1] - g0
                     mov = self.mov.load(None if self.mov.in_sbuf else self.pools["mov"].next(), g0, gcols, gcols)
-                accs = self.accumulate(sb, loaded[si], grp, mov)
                 last = si == len(supers) - 1 and gi == len(sb_groups) - 1
-                self.epilogues(sb, grp, accs, opts.dma_split_bytes // 4 if last else None)
+                split = opts.dma_split_bytes // 4 if last else None
+                if resident:
+                    self.epilogues(sb, grp, self.accumulate(sb, loaded[si], grp, mov), split)
+                else:
+                    # streamed moving operand: block by block, so only G accumulators are live and R (the
+                    # reuse of each streamed moving byte) is bounded by SBUF rather than by PSUM; in the
+                    # last group, block j's buffer is refilled with the next super-block's block j as soon
+                    # as it is done (R + 2 rotating stationary buffers)
+                    refill = gi == len(sb_groups) - 1 and si + 1 < len(supers)
+                    if refill:
+                        loaded.append([])
+                    for j, (blk, block) in enumerate(zip(sb, loaded[si], strict=True)):
+                        self.epilogues([blk], grp, self.accumulate([blk], [block], grp, mov), split)
+                        if refill and j < len(supers[si + 1]):
+                            loaded[si + 1] += self.load_stationary_blocks([supers[si + 1][j]])
+                    continue
                 # software pipelining: the next blocks' loads (and PE transposes: PE runs in program
                 # order) after this block's first group, so their PSUM evacuations overlap the rest
                 prefetch_at = len(sb_groups) - 1 if si == 0 else 0
@@ -329,7 +345,8 @@ def _first_blocks(n_p: int, n_f: int, opts) -> int:
     return max(1, min(n_p, opts.max_stationary_blocks, opts.psum_acc_banks // max(1, min(n_f, 2))))
 
 
-def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: tuple[int, int]) -> tuple[int, int]:
+def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: tuple[int, int],
+              blockwise: bool = False) -> tuple[int, int]:
     """(R, G): R stationary blocks x G moving tiles accumulate together (R*G PSUM banks, half the
     accumulator pool so the next group never waits for an epilogue; R and G at most `caps`). Minimizes
     the operand bytes that must arrive per unit of PE work, (R * stat_bytes + G * mov_bytes) / (R * G),
@@ -338,7 +355,7 @@ def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: t
     best: tuple[tuple[float, int], int, int] | None = None
     for r in range(1, min(n_p, caps[0]) + 1):
         for g in range(1, min(n_f, caps[1]) + 1):
-            if r * g > budget:
+            if (g if blockwise else r * g) > budget:
                 continue
             key = ((r * stat_bytes + g * mov_bytes) / (r * g), -g)
             if best is None or key < best[0]:

@@ -10,8 +10,9 @@ import torch
 from torch import nn
 
 import compiler
+from backend.options import BackendOptions
 from isa.emulator.timing import contiguous_runs
-from tests.backend.util import BF16, TOL, layer_computation, rand, run_hlo
+from tests.backend.util import BF16, TOL, dot_text, layer_computation, rand, run_hlo
 from tests.conftest import assert_close
 
 
@@ -85,3 +86,18 @@ def test_constant_weights_load_in_one_run_per_block(dtype):
     bias = [i for i in reads if i.operands["src"].dtype == "f32" and i.operands["src"].nbytes <= 4 * 128 * -(-n // 128)
             and "stat" not in i.comment and "mov" not in i.comment]
     assert len(bias) == 1
+
+
+@pytest.mark.parametrize("rhs_transposed", [False, True])
+def test_streamed_moving_operand_block_by_block(rhs_transposed):
+    """A moving operand too large to stay in SBUF is streamed once per super-block of R stationary blocks,
+    accumulated block by block (R beyond the PSUM banks): 1100 rows are 9 blocks, two super-blocks of up
+    to 8, the second refilled block by block during the first's last group."""
+    m, k, n = 1100, 260, 1300
+    x, w = rand(m, k, seed=4), rand(*((n, k) if rhs_transposed else (k, n)), seed=5)
+    options = BackendOptions(moving_resident_bytes=1024)
+    (out,), result = run_hlo(dot_text(m, k, n, rhs_transposed=rhs_transposed), [x, w], options=options)
+    np.testing.assert_allclose(out, x @ (w.T if rhs_transposed else w), **TOL["f32"])
+    moving = sum(i.operands["src"].nbytes for i in result.program.instructions
+                 if i.opcode == "dma" and " mov " in i.comment)
+    assert moving <= 2 * k * n * 4  # streamed twice (two super-blocks), not once per pair of blocks
