@@ -101,3 +101,40 @@ def test_streamed_moving_operand_block_by_block(rhs_transposed):
     moving = sum(i.operands["src"].nbytes for i in result.program.instructions
                  if i.opcode == "dma" and " mov " in i.comment)
     assert moving <= 2 * k * n * 4  # streamed twice (two super-blocks), not once per pair of blocks
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention: one QKV projection, heads split by view + transpose, a causal mask."""
+
+    def __init__(self, d: int, heads: int, seq: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+@pytest.mark.parametrize("auto_cast,heads", [("none", 4), ("matmult", 4), ("matmult", 8)])
+def test_attention_heads_loaded_once_mask_in_psum(auto_cast, heads):
+    """The heads of Q, K and V sit side by side in the QKV projection's output: the attention kernel
+    loads all of them at once in rows of every head (no 128-byte runs), and the causal mask of the
+    diagonal blocks is added in PSUM by a matmul (no POOL select over the scores)."""
+    torch.manual_seed(0)
+    model = CausalSelfAttention(256, heads, 256).eval()
+    x = torch.randn(1, 256, 256)
+    exe = compiler.compile(model, (x,), auto_cast=auto_cast)
+    assert not small_runs(exe)
+    insts = exe.program.instructions
+    assert any("causal mask" in i.comment and i.opcode == "multiply_moving" for i in insts)
+    assert not any("causal mask" in i.comment and i.opcode == "affine_select" for i in insts)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
