@@ -35,7 +35,7 @@ class BackendOptions:
     keep_on_chip: bool = True  # keep tensors between kernels in SBUF when they fit (else all go via HBM)
 
     # -- DMA --------------------------------------------------------------------------------------------
-    dma_split_bytes: int = 64 * 1024  # split transfers larger than this across queues
+    dma_split_bytes: int = 16 * 1024  # split transfers larger than this across queues (first tiles land sooner)
     dma_queues: int = 16
 
     # -- scheduling -------------------------------------------------------------------------------------
