@@ -148,7 +148,7 @@ def survey_shapes(model_file: str, options: dict[str, Any], entry: str = "get_mo
     model, inputs = load_model_file(model_file, entry)
     with TILE_POLICIES.scoped():
         TILE_POLICIES.register(SURVEY_POLICY, record, origin="the autotuner")
-        compile_model(model, inputs, **{**options, "tile_policy": SURVEY_POLICY, "cache": False})
+        compile_model(model, inputs, **{**options, "tile_policy": SURVEY_POLICY, "cache": False, "quiet": True})
     return list(seen)
 
 
