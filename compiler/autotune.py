@@ -122,7 +122,12 @@ class AutotuneResult:
     def report(self) -> str:
         lines = [f"# autotune: {len(self.shapes)} GEMM/conv shapes, {len(self.trials)} programs emulated in "
                  f"{self.seconds:.1f} s",
-                 f"default tiling {self.baseline_us:.3f} us -> tuned {self.tuned_us:.3f} us ({self.gain:.3f}x)", ""]
+                 f"default tiling {self.baseline_us:.3f} us -> tuned {self.tuned_us:.3f} us ({self.gain:.3f}x)"]
+        for t in self.trials:
+            if t.choice == {"combined": 1}:
+                together = f"{t.sim_us:.3f} us" if t.sim_us is not None else f"failed: {t.error}"
+                lines.append(f"every shape's winner together: {together}")
+        lines.append("")
         for shape in self.shapes:
             chosen = self.overrides.get(shape)
             lines.append(f"{shape}: {_fmt(chosen) if chosen else 'default'}: {self.reasons.get(shape, '')}")
