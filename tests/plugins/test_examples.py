@@ -105,6 +105,10 @@ def outside(tmp_path_factory):
     return folder
 
 
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "NEURONC_CACHE_DIR": str(tmp_path / "cache")}
+
+
 @pytest.mark.parametrize("model_file", ["mlp.py", "transformer_block.py", "convnet.py"])
 def test_outside_plugins_compile_and_run_the_examples(outside, model_file):
     exe = _check(model_file, plugins=[outside / "my_sched.py", outside / "my_fusion.py"], scheduler="reverse_ready",
@@ -119,15 +123,15 @@ def test_outside_plugins_on_the_command_line(outside, tmp_path):
                                  "--plugin", str(outside / "my_sched.py"), "--plugin", str(outside / "my_fusion.py"),
                                  "--scheduler", "reverse_ready", "--fusion", "no_reduce", "--dump-dir",
                                  str(tmp_path / "dump")], cwd=tmp_path, capture_output=True, text=True,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          env=_env(tmp_path))
     assert done.returncode == 0, done.stderr
     assert "strategy no_reduce: no reductions in a fusion" in (tmp_path / "dump" / "fusion_decisions.txt").read_text()
     ran = subprocess.run(cli + ["run", str(out), "--random"], cwd=tmp_path, capture_output=True, text=True,
-                         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                         env=_env(tmp_path))
     assert ran.returncode == 0 and "out0" in ran.stdout, ran.stderr
     unknown = subprocess.run(cli + ["compile", str(ROOT / "examples" / "mlp.py"), "-o", str(out), "--scheduler",
                                     "reverse_ready"], cwd=tmp_path, capture_output=True, text=True,
-                             env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                             env=_env(tmp_path))
     assert unknown.returncode == 1 and "scheduler='reverse_ready' is not one of" in unknown.stderr
 
 
