@@ -38,6 +38,13 @@ class BackendOptions:
     dma_split_bytes: int = 16 * 1024  # split transfers larger than this across queues (first tiles land sooner)
     dma_queues: int = 16
 
+    # -- memory budget and strategies (backend/registry.py) --------------------------------------------
+    sbuf_budget_bytes: int = 0  # SBUF bytes per partition the program may use (0: all of the target's)
+    tile_policy: str = "default"  # how each dot/conv kernel is tiled (registry.TILE_POLICIES)
+    # per-shape tile choices (the autotuner's): ((KernelShape.key, ((field, value), ...)), ...)
+    tile_overrides: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    memory_planner: str = "residency"  # which tensors between kernels stay in SBUF (registry.MEMORY_PLANNERS)
+
     # -- scheduling -------------------------------------------------------------------------------------
     # True / "list": critical-path list scheduling with engine balancing; "ready_time": earliest-emitted
     # ready instruction first (the first list scheduler, for comparison); False / "inorder": program order

@@ -258,6 +258,14 @@ def _read_entry(folder: Path) -> Executable | None:
         return None
 
 
+def backend_options(options: CompileOptions) -> BackendOptions:
+    """The backend's knobs that CompileOptions sets (the rest keep backend/options.py's defaults)."""
+    return BackendOptions(list_schedule=options.scheduler, dma_queues=options.dma_queues,
+                          sbuf_budget_bytes=options.sbuf_budget, stationary_buffers=options.buffers,
+                          moving_buffers=options.buffers, tile_policy=options.tile_policy,
+                          tile_overrides=options.tile_choices(), memory_planner=options.memory_planner)
+
+
 def compile_module(module: Module, target_machine: Any, options: CompileOptions,
                    stats: CompileStats | None = None) -> Executable:
     """Run the pass pipeline and the backend on an HLO module."""
@@ -271,13 +279,13 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
     pipeline.run(module)
     for run in pipeline.runs:
         stats.add(run.name, run.seconds, run.peak_bytes, "pass")
-    result = backend_compile(module, target_machine,
-                             options=BackendOptions(list_schedule=options.scheduler == "list"), timer=stats)
+    result = backend_compile(module, target_machine, options=backend_options(options), timer=stats)
     capacity.check_program(result.program, target_machine)
     result.program.meta.update(input_types=input_types, output_types=output_types)
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(), compile_stats=stats,
-                     reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})
+                     reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule,
+                              "tiling.txt": result.tiling})
     if options.dump_dir:
         out = Path(options.dump_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -245,7 +245,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
-        passes.append(FusionPass(strategy=options.fusion))
+        passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["canonicalize", "auto_cast", "simplification", "algebraic_simplifier", "constant_folding",
                   "cse", "dce", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

@@ -26,6 +26,7 @@ from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import KOperand, Loaded, TiledConst
 from backend.layout import View, itemsize
+from backend.registry import KernelShape
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
@@ -165,6 +166,16 @@ def _peel(lhs: View, rhs: View, outs: list[View], nb: int, nlf: int, nc: int,
 
 
 def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
+    """The kernel of `plan`, tiled with the options the tile policy chooses for its shape."""
+    m, k = plan.lhs.dims[-2:]
+    batches = 1
+    for d in plan.batch_dims:
+        batches *= d
+    with builder.kernel_options(KernelShape("dot", (batches, m, k, plan.rhs.dims[-1]), plan.compute)):
+        _dot_kernel(builder, plan)
+
+
+def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     nb = len(plan.batch_dims)
     m_axis, n_axis = nb, nb + 1
     s_m, s_n = plan.out.strides[m_axis], plan.out.strides[n_axis]

@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.options import FUSION_STRATEGIES, PassOptionError
 from compiler.passes.fusion.attention import attention_groups
-from compiler.passes.fusion.cost import duplication
 from compiler.passes.fusion.group import FusionDecision, FusionGroup
 from compiler.passes.fusion.prepare import DotReshapeSinking
+from compiler.passes.fusion.registry import FUSION_STRATEGIES
 from compiler.passes.fusion.rows import fusible, space_reason
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import constant_value, insert_before
@@ -49,17 +48,17 @@ EPILOGUE_DAG_LIMIT = 48  # members of an elementwise epilogue DAG considered
 class FusionPass(HloPass):
     name = "fusion"
 
-    STRATEGIES = tuple(s for s in FUSION_STRATEGIES if s != "none")  # "none": the pipeline leaves fusion out
-
     def __init__(self, strategy: str = "greedy", epilogue: bool = True, loop: bool = True, prepare: bool = True,
-                 attention: bool = True):
-        if strategy not in self.STRATEGIES:
-            raise PassOptionError(f"fusion strategy {strategy!r} is not one of {', '.join(self.STRATEGIES)}")
+                 attention: bool = True, recompute_weight: float = 1.0):
+        # the strategy (compiler/passes/fusion/registry.py, a plug-in's too) says which phases run and may
+        # refuse a fusion the pass allows (spec.allow) or recompute a shared producer (spec.duplicate)
         self.strategy = strategy
-        self.epilogue = epilogue
-        self.loop = loop
-        self.prepare = prepare
-        self.attention = attention
+        self.spec = FUSION_STRATEGIES.get(strategy)
+        self.recompute_weight = recompute_weight
+        self.epilogue = epilogue and self.spec.epilogue
+        self.loop = loop and self.spec.loop
+        self.prepare = prepare and self.spec.prepare
+        self.attention = attention and self.spec.attention
         self.decisions: list[FusionDecision] = []
         self.notes: list[str] = []
 
@@ -113,6 +112,9 @@ class FusionPass(HloPass):
                                  "epilogue", "kOutput")
                     break
                 verdict = self._epilogue_verdict(tail, consumer)
+                if verdict[0] and self.spec.allow is not None:
+                    veto = self.spec.allow(tail, consumer, "kOutput", chain)
+                    verdict = verdict if veto is None else (False, f"strategy {self.strategy}: {veto}")
                 self._record(tail, consumer, verdict[0], verdict[1], "kOutput")
                 if not verdict[0]:
                     break
@@ -274,10 +276,10 @@ class FusionPass(HloPass):
                         waiting[producer.uid] = (producer, consumer)
                         continue
                     worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
-            if self.strategy != "cost" or not waiting:
+            if self.spec.duplicate is None or not waiting:
                 break
             producer, consumer = waiting.pop(next(iter(waiting)))
-            duplicate, reason = duplication(producer, group.members)
+            duplicate, reason = self.spec.duplicate(producer, group.members, self.recompute_weight)
             if duplicate:
                 worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting, reason)
             else:
@@ -297,6 +299,9 @@ class FusionPass(HloPass):
         members = sorted([*group.members.values(), producer], key=lambda m: position[m.uid])
         reason = space_reason(members)
         kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
+        if reason is None and self.spec.allow is not None:
+            veto = self.spec.allow(producer, consumer, kind, members)
+            reason = None if veto is None else f"strategy {self.strategy}: {veto}"
         if reason is not None:
             self._record(producer, consumer, False, reason, kind)
             return []
