@@ -20,6 +20,7 @@ import torch
 
 import compiler
 from benchmarks.models import SUITE
+from isa.emulator.attribution import layer_of
 
 
 def build(name: str, seq: int) -> tuple[torch.nn.Module, tuple, str]:
@@ -64,7 +65,8 @@ def main() -> None:
           f"{len(rows)} ops, {len(layers)} layers at depth 2; compile {compile_s:.1f} s")
     print(f"simulated {prof.time_us:.1f} us; rows sum {total:.1f} us ({100 * (total / prof.time_us - 1):+.4f}%)")
     print(f"rows naming an instruction of exe.hlo: {sum(r.name in names for r in rows)}/{len(rows)}")
-    print(f"time traced to torch module paths: {100 * prof.traced_fraction():.1f}%")
+    print(f"time traced to torch module paths: {100 * prof.traced_fraction():.1f}%; ops spanning several modules "
+          f"at depth 2: {sum(len({layer_of(m, 2) for m in r.modules}) > 1 for r in rows)}")
     print(f"plain emulated run {run_s:.2f} s wall, {run_cpu:.2f} s CPU; profile + rows + HTML {profile_s:.2f} s "
           f"wall, {profile_cpu:.2f} s CPU ({profile_cpu / run_cpu:.2f}x CPU); report {Path(args.html).name} "
           f"{size / 1e6:.2f} MB")
