@@ -150,10 +150,11 @@ def survey_shapes(model_file: str, options: dict[str, Any], entry: str = "get_mo
         seen.setdefault(shape.key)
         return default_tile_policy(shape, opts)
 
-    model, inputs = load_model_file(model_file, entry)
+    model, inputs, call_kwargs = load_model_file(model_file, entry)
     with TILE_POLICIES.scoped():
         TILE_POLICIES.register(SURVEY_POLICY, record, origin="the autotuner")
-        compile_model(model, inputs, **{**options, "tile_policy": SURVEY_POLICY, "cache": False, "quiet": True})
+        compile_model(model, inputs, example_kwargs=call_kwargs,
+                      **{**options, "tile_policy": SURVEY_POLICY, "cache": False, "quiet": True})
     return list(seen)
 
 

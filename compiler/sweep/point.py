@@ -23,13 +23,11 @@ from compiler.driver import compile as compile_model
 from compiler.model_files import load_model_file
 from compiler.sweep.grid import typed_value
 from compiler.sweep.results import METRICS
-from isa.dtypes import dtype as isa_dtype
-from isa.emulator import run_program
 
 # Deterministic numerics wherever the worker runs: one BLAS/OpenMP thread (set before torch loads).
 THREAD_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
-_models: dict[tuple[str, str], tuple[Any, tuple, list[np.ndarray]]] = {}
+_models: dict[tuple[str, str], tuple[Any, tuple, dict[str, Any], list[np.ndarray]]] = {}
 
 
 class PointTimeout(Exception):
@@ -72,19 +70,16 @@ def one_line(error: BaseException) -> str:
 
 def _measure(task: dict[str, Any]) -> dict[str, str]:
     torch.set_num_threads(1)
-    model, inputs, reference = _load_model(task["model"])
+    model, inputs, call_kwargs, reference = _load_model(task["model"])
     # every point compiles (compile_s measures the compiler, not the cache) unless the sweep sets cache=true
     kwargs = {"cache": False, "quiet": True}
     kwargs.update({k: typed_value(v) for k, v in {**task["fixed"], **task["options"]}.items()})
     if task["plugins"]:
         kwargs["plugins"] = [_local_file(p, "plugin") for p in task["plugins"]]
     start = time.perf_counter()
-    exe = compile_model(model, inputs, **kwargs)
+    exe = compile_model(model, inputs, example_kwargs=call_kwargs, **kwargs)
     compile_s = time.perf_counter() - start
-    feeds = _feeds(exe, inputs)
-    run = run_program(exe.program, feeds)
-    prof = run.profile
-    outputs = [run.outputs[name] for name in exe.program.outputs]
+    outputs, prof = exe.run_with_profile(*inputs, **call_kwargs)
     return {
         "sim_us": f"{prof.time_us:.3f}",
         "mfu": f"{prof.mfu:.6f}",
@@ -114,15 +109,6 @@ def max_rel_err(outputs: list[np.ndarray], reference: list[np.ndarray]) -> float
     return worst / max(scale, 1e-30)
 
 
-def _feeds(exe: Any, inputs: tuple) -> dict[str, np.ndarray]:
-    leaves = _leaves(inputs)
-    specs = exe.input_specs()
-    if len(leaves) != len(specs):
-        raise ValueError(f"the program takes {len(specs)} inputs, the model's example has {len(leaves)}")
-    return {name: leaf.astype(isa_dtype(dt).numpy).reshape(shape)
-            for (name, dt, shape), leaf in zip(specs, leaves, strict=True)}
-
-
 def _leaves(value: Any) -> list[np.ndarray]:
     """Tensors of a nested tuple/list/dict in order, as numpy (bf16 through fp32)."""
     if isinstance(value, torch.Tensor):
@@ -139,14 +125,15 @@ def _leaves(value: Any) -> list[np.ndarray]:
     return [np.asarray(value)]
 
 
-def _load_model(spec: dict[str, str]) -> tuple[Any, tuple, list[np.ndarray]]:
-    """(model, example inputs, torch eager outputs), once per worker process and model file."""
+def _load_model(spec: dict[str, str]) -> tuple[Any, tuple, dict[str, Any], list[np.ndarray]]:
+    """(model, example inputs, example keyword inputs, torch eager outputs), once per worker process and model
+    file."""
     key = (spec["sha256"], spec["entry"])
     if key not in _models:
-        model, inputs = load_model_file(_local_file(spec, "model"), spec["entry"])
+        model, inputs, call_kwargs = load_model_file(_local_file(spec, "model"), spec["entry"])
         with torch.no_grad():
-            reference = _leaves(model(*inputs))
-        _models[key] = (model, inputs, reference)
+            reference = _leaves(model(*inputs, **call_kwargs))
+        _models[key] = (model, inputs, call_kwargs, reference)
     return _models[key]
 
 

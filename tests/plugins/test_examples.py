@@ -30,7 +30,7 @@ def _registries():
 
 
 def _check(model_file: str, **kwargs):
-    model, inputs = load_model_file(str(ROOT / "examples" / model_file))
+    model, inputs, _ = load_model_file(str(ROOT / "examples" / model_file))
     exe = compile_model(model, inputs, **kwargs)
     with torch.no_grad():
         expected = model(*inputs)
@@ -152,7 +152,7 @@ def test_a_scheduler_that_breaks_dependencies_is_refused(tmp_path):
 
 
 def test_outputs_match_default(outside):
-    model, inputs = load_model_file(str(ROOT / "examples" / "mlp.py"))
+    model, inputs, _ = load_model_file(str(ROOT / "examples" / "mlp.py"))
     a = compile_model(model, inputs).run(*inputs)[0]
     b = compile_model(model, inputs, plugins=[outside / "my_sched.py"], scheduler="reverse_ready").run(*inputs)[0]
     np.testing.assert_array_equal(a, b)
