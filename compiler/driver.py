@@ -198,8 +198,8 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
         try:
             entry = cache.put(key, lambda folder: _write_entry(exe, folder))
             _map_entry_weights(exe.program, entry)
-        except OSError as e:  # a full or read-only cache must not fail the compile
-            stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
+        except (OSError, IsaError) as e:  # a full or read-only cache must not fail the compile
+            stats.cache = f"miss {key[:16]}, not stored ({getattr(e, 'strerror', None) or e})"
             log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
     log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
     return exe
@@ -278,7 +278,7 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
         pipeline.progress = lambda name: stats.progress.update(name, len(stats.phases) + len(pipeline.runs))
     pipeline.run(module)
     for run in pipeline.runs:
-        stats.add(run.name, run.seconds, run.peak_bytes, "pass")
+        stats.add(run.name, run.seconds, run.peak_bytes, "pass", run.cpu_seconds)
     result = backend_compile(module, target_machine, options=backend_options(options), timer=stats)
     capacity.check_program(result.program, target_machine)
     result.program.meta.update(input_types=input_types, output_types=output_types)
