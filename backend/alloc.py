@@ -98,8 +98,8 @@ class KernelRecord:
 class Allocator:
     """Places pools in SBUF and PSUM around resident images and records everything for the memory plan."""
 
-    def __init__(self, target: Target, op_clock, images: list[Image] | None = None):
-        self.sbuf_bytes = target.sbuf_partition_bytes
+    def __init__(self, target: Target, op_clock, images: list[Image] | None = None, sbuf_budget: int = 0):
+        self.sbuf_bytes = min(target.sbuf_partition_bytes, sbuf_budget or target.sbuf_partition_bytes)
         self.bank_bytes = target.psum_bank_bytes
         self.banks = target.psum_partition_bytes // target.psum_bank_bytes
         self._clock = op_clock  # callable: index of the next instruction

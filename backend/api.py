@@ -13,8 +13,9 @@ from backend.emit import ProgramBuilder
 from backend.lower import INTERNAL_ERRORS, Lowering
 from backend.options import BackendOptions
 from backend.provenance import origin_table
+from backend.registry import plan_memory
 from backend.report import memory_plan
-from backend.residency import Image, ResidencyMismatch, Survey, plan_residency
+from backend.residency import Image, ResidencyMismatch, Survey
 from backend.schedule import schedule
 from hlo.errors import CompilationError
 from hlo.ir import Module
@@ -39,6 +40,7 @@ class BackendResult:
     program: Program
     memory_plan: str  # every SBUF/PSUM buffer: offset, size, live range; the peak
     schedule: str  # per-engine streams with their semaphore waits
+    tiling: str = ""  # per dot/conv kernel: its shape and the tile policy's choice
 
 
 def compile_module(module: Module, target: Target | str, *, options: BackendOptions | None = None,
@@ -80,7 +82,8 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
         excluded: frozenset[str] = frozenset()
         while True:
             with timer.phase("residency planning"):
-                images = plan_residency(survey, tensors, target.sbuf_partition_bytes, target.partitions, excluded)
+                images = plan_memory(options.memory_planner, survey, tensors, first.alloc.sbuf_bytes,
+                                     target.partitions, excluded)
             try:
                 with timer.phase("lowering"):
                     builder = _lower(module, target, options, images=images)
@@ -106,7 +109,8 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
         program.meta["useful_macs"] = builder.useful_macs
         program.meta["peak_sbuf_bytes"] = builder.alloc.peak_sbuf_bytes() * target.partitions
         plan = memory_plan(builder)
-    return BackendResult(program, plan, result.text)
+    tiling = "# tiling: per dot/conv kernel, its shape (kind:dims:dtype) and the options it was tiled with\n"
+    return BackendResult(program, plan, result.text, tiling + "".join(f"{t}\n" for t in builder.tiling))
 
 
 def _lower(module: Module, target: Target, options: BackendOptions, images: list[Image] | None = None,

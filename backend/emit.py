@@ -6,7 +6,9 @@ are appended without semaphores; `schedule.py` later orders each engine's stream
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -14,6 +16,7 @@ from backend.alloc import Allocator, Tile
 from backend.costs import CostModel
 from backend.layout import Buffer, View, itemsize
 from backend.options import BackendOptions
+from backend.registry import KernelShape, kernel_options
 from backend.residency import Image, ResidencyMismatch, Survey
 from isa.dtypes import dtype as isa_dtype
 from isa.instructions import start_partition_allowed
@@ -30,10 +33,12 @@ class ProgramBuilder:
     def __init__(self, target: Target, options: BackendOptions, images: list[Image] | None = None,
                  survey: Survey | None = None):
         self.target = target
-        self.options = options
+        self.options = options  # a dot/conv kernel's own (kernel_options) while it is lowered
+        self.base_options = options
+        self.tiling: list[str] = []  # per dot/conv kernel: its shape and the tiling its policy chose
         self.program = Program(target=target.name)
         self.ops: list[Instruction] = []
-        self.alloc = Allocator(target, lambda: len(self.ops), images)
+        self.alloc = Allocator(target, lambda: len(self.ops), images, options.sbuf_budget_bytes)
         self.images = {i.tensor: i for i in images or []}
         self.survey = survey
         self.scratch_labels: dict[str, str] = {}  # scratch tensor -> the HLO value it holds
@@ -47,6 +52,21 @@ class ProgramBuilder:
         self._ones: dict[str, Tile] = {}
         self.useful_macs = 0
         self.origin = ""  # the HLO instruction being lowered: every emitted instruction is tagged with it
+
+    @contextmanager
+    def kernel_options(self, shape: KernelShape) -> Iterator[BackendOptions]:
+        """While the kernel of `shape` is lowered, `self.options` are the ones the tile policy chose."""
+        chosen = kernel_options(shape, self.base_options)
+        changed = [f"{f.name}={getattr(chosen, f.name)}" for f in fields(chosen)
+                   if getattr(chosen, f.name) != getattr(self.base_options, f.name)]
+        tuned = any(key == shape.key for key, _ in self.base_options.tile_overrides)
+        self.tiling.append(f"{shape.key}: {', '.join(changed) or 'default tiling'} (tile policy "
+                           f"{self.base_options.tile_policy}{', autotuned' if tuned and changed else ''})")
+        self.options = chosen
+        try:
+            yield chosen
+        finally:
+            self.options = self.base_options
 
     # -- HBM tensors ------------------------------------------------------------------------------------------
     def input_tensor(self, index: int, dtype: str, shape: tuple[int, ...]) -> View:

@@ -16,10 +16,11 @@ class BackendOptions:
     # -- dot kernels ------------------------------------------------------------------------------------
     moving_tile: int = 512  # free size of one multiply_moving (<= target pe.max_n)
     group_banks: int = 4  # max moving tiles (PSUM banks) accumulated under one load_stationary
-    max_stationary_blocks: int = 4  # max 128-wide stationary blocks accumulated together
+    max_stationary_blocks: int = 8  # max 128-wide stationary blocks per super-block (reuse of a streamed moving tile)
     psum_acc_banks: int = 4  # PSUM banks in the rotating accumulator pool (R*G <= half of it)
     psum_transpose_banks: int = 4  # PSUM banks for PE transposes (4 blocks of 128x128 fp32 per bank)
     stationary_buffers: int = 2  # rotating buffers for the stationary operand of one P-block
+    stationary_prefetch_bytes: int = 48 * 1024  # per partition: stationary blocks in flight (resident moving)
     moving_buffers: int = 2  # rotating buffers when the moving operand is streamed
     moving_resident_bytes: int = 96 * 1024  # per partition: keep the moving operand resident below this
     transpose_chunk: int = 512  # columns of a row block loaded per DMA before PE transposes
@@ -34,8 +35,15 @@ class BackendOptions:
     keep_on_chip: bool = True  # keep tensors between kernels in SBUF when they fit (else all go via HBM)
 
     # -- DMA --------------------------------------------------------------------------------------------
-    dma_split_bytes: int = 64 * 1024  # split transfers larger than this across queues
+    dma_split_bytes: int = 16 * 1024  # split transfers larger than this across queues (first tiles land sooner)
     dma_queues: int = 16
+
+    # -- memory budget and strategies (backend/registry.py) --------------------------------------------
+    sbuf_budget_bytes: int = 0  # SBUF bytes per partition the program may use (0: all of the target's)
+    tile_policy: str = "default"  # how each dot/conv kernel is tiled (registry.TILE_POLICIES)
+    # per-shape tile choices (the autotuner's): ((KernelShape.key, ((field, value), ...)), ...)
+    tile_overrides: tuple[tuple[str, tuple[tuple[str, int], ...]], ...] = ()
+    memory_planner: str = "residency"  # which tensors between kernels stay in SBUF (registry.MEMORY_PLANNERS)
 
     # -- scheduling -------------------------------------------------------------------------------------
     # True / "list": critical-path list scheduling with engine balancing; "ready_time": earliest-emitted

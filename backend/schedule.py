@@ -38,7 +38,8 @@ from dataclasses import dataclass
 
 from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
-from hlo.errors import CompilationError
+from backend.registry import SCHEDULERS as REGISTRY
+from backend.registry import SchedulerSpec, StrategyError
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
 from isa.instructions import OPCODES
@@ -212,9 +213,11 @@ class _Placer:
         n = len(ops)
         self.placement = Placement([], [op.engine for op in ops], {}, [0.0] * n, [0.0] * n)
 
-    def commit(self, i: int, engine: str, queue: int | None = None) -> list[int]:
-        """Place op i on `engine` (DMA: on `queue`, or the best one); returns the ops it made ready."""
+    def commit(self, i: int, engine: str | None = None, queue: int | None = None) -> list[int]:
+        """Place op i on `engine` (default: the kernel's; DMA: on `queue`, or the best one); returns the ops it
+        made ready."""
         inst, p, tl = self.ops[i], self.placement, self.timeline
+        engine = engine or inst.engine
         if inst.opcode == "dma":
             start, finish, q = tl.place_dma(inst, self.ready[i], queue)
             p.queues[i] = q
@@ -494,18 +497,67 @@ def schedule_text(ops: list[Instruction], placement: Placement, mode: str) -> st
     return "\n".join(lines) + "\n"
 
 
+@dataclass
+class ScheduleProblem:
+    """What a scheduler (a built-in or a plug-in, backend/registry.py) is given: the instructions in program
+    order, each one's predecessors (indices), the cost model of the estimated timeline, the DMA queues it may
+    use and, for a scheduler that reorders PE's stationary groups, the groups (deps.stationary_groups)."""
+
+    ops: list[Instruction]
+    preds: list[list[int]]
+    costs: CostModel
+    n_queues: int
+    groups: list[int] | None = None
+
+    def placer(self, backlog_ns: float | None = None) -> _Placer:
+        """A fresh estimated timeline: commit(i, engine=None, queue=None) places op i and returns the ops it
+        made ready; .placement is the result to return."""
+        return _Placer(self.ops, self.preds, self.costs, self.n_queues, backlog_ns)
+
+
+def _check_placement(name: str, problem: ScheduleProblem, placement: Placement) -> None:
+    """A scheduler's placement must be a topological order of every op with a valid queue for every DMA."""
+    n = len(problem.ops)
+    if not isinstance(placement, Placement):
+        raise StrategyError(f"scheduler {name!r} returned {type(placement).__name__}, not a Placement "
+                            f"(return problem.placer().placement after committing every op)")
+    if sorted(placement.order) != list(range(n)):
+        raise StrategyError(f"scheduler {name!r} placed {len(placement.order)} instructions of {n} "
+                            f"(each exactly once is required)")
+    position = [0] * n
+    for k, i in enumerate(placement.order):
+        position[i] = k
+    for i, preds in enumerate(problem.preds):
+        late = [p for p in preds if position[p] > position[i]]
+        if late:
+            raise StrategyError(f"scheduler {name!r} placed instruction {i} ({problem.ops[i].opcode} "
+                                f"{problem.ops[i].comment}) before its predecessor {late[0]}")
+    for i, op in enumerate(problem.ops):
+        if op.opcode == "dma" and not 0 <= placement.queues.get(i, -1) < problem.n_queues:
+            raise StrategyError(f"scheduler {name!r} gave DMA {i} no queue in 0..{problem.n_queues - 1}")
+
+
 def schedule(ops: list[Instruction], costs: CostModel, untracked: set[str], n_queues: int,
              list_scheduling: bool | str = True) -> ScheduleResult:
     """Order `ops` into engine streams with semaphores. `list_scheduling`: True ("list"), False
-    ("inorder") or one of SCHEDULERS."""
+    ("inorder") or the name of a registered scheduler (backend/registry.py)."""
     mode = list_scheduling if isinstance(list_scheduling, str) else ("list" if list_scheduling else "inorder")
-    if mode not in SCHEDULERS:
-        raise CompilationError(f"unknown scheduler {mode!r}; known: {', '.join(SCHEDULERS)}")
-    groups = stationary_groups(ops) if mode == "list" else None
+    spec = REGISTRY.get(mode)
+    groups = stationary_groups(ops) if spec.reorders_pe_groups else None
     preds = dependencies(ops, untracked, chain_stationary=groups is None)
-    if mode == "inorder":
-        placement = inorder_schedule(ops, preds, costs, n_queues)
-    else:
-        placement = list_schedule(ops, preds, costs, n_queues, mode, groups)
+    problem = ScheduleProblem(ops, preds, costs, n_queues, groups)
+    placement = spec.place(problem)
+    _check_placement(mode, problem, placement)
     add_semaphores(ops, preds, placement.order, placement.queues)
     return ScheduleResult(placement.order, placement.queues, schedule_text(ops, placement, mode), placement.makespan)
+
+
+REGISTRY.register("list", SchedulerSpec(
+    "list", lambda p: list_schedule(p.ops, p.preds, p.costs, p.n_queues, "list", p.groups), reorders_pe_groups=True,
+    description="critical-path list scheduling, engine balancing, PE stationary groups reordered"))
+REGISTRY.register("ready_time", SchedulerSpec(
+    "ready_time", lambda p: list_schedule(p.ops, p.preds, p.costs, p.n_queues, "ready_time", None),
+    description="each engine takes its earliest-emitted ready instruction (the first list scheduler)"))
+REGISTRY.register("inorder", SchedulerSpec(
+    "inorder", lambda p: inorder_schedule(p.ops, p.preds, p.costs, p.n_queues),
+    description="program order, the kernels' engines, DMA queues round robin"))

@@ -37,7 +37,7 @@ def _clock(fn):
 
 
 def _only(args: argparse.Namespace) -> int:
-    model, example = load_model_file(args.model)
+    model, example, _ = load_model_file(args.model)
     if args.only == "eager":
         with torch.no_grad():
             model(*example)
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     t_load, program = _clock(lambda: load(args.neff))
     feeds, eager = None, None
     if args.model:
-        model, example = load_model_file(args.model)
+        model, example, _ = load_model_file(args.model)
         feeds = {name: x.detach().numpy().astype(lookup_dtype(program.tensors[name].dtype).numpy)
                  for name, x in zip(program.inputs, example, strict=True)}
         with torch.no_grad():

@@ -23,7 +23,7 @@ from compiler.model_files import load_model_file  # noqa: E402
 
 
 def main() -> int:
-    model, example = load_model_file(sys.argv[1])
+    model, example, _ = load_model_file(sys.argv[1])
     compiled = torch.compile(model)
     with torch.no_grad():
         compiled(*example)

@@ -20,6 +20,7 @@ import torch
 
 import compiler
 from benchmarks.models import SUITE
+from isa.emulator.attribution import layer_of
 
 
 def build(name: str, seq: int) -> tuple[torch.nn.Module, tuple, str]:
@@ -48,24 +49,27 @@ def main() -> None:
     if args.neff:
         exe.save(args.neff)
     feed = exe.random_inputs()
-    t0 = time.perf_counter()
+    exe.run(*feed)  # warm-up
+    t0, c0 = time.perf_counter(), time.process_time()
     exe.run(*feed)
-    run_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
+    run_s, run_cpu = time.perf_counter() - t0, time.process_time() - c0
+    t0, c0 = time.perf_counter(), time.process_time()
     prof = exe.profile(*feed)
     rows = prof.by_op()
     layers = prof.by_layer(2)
     size = prof.save_html(args.html)
-    profile_s = time.perf_counter() - t0
+    profile_s, profile_cpu = time.perf_counter() - t0, time.process_time() - c0
     names = set(re.findall(r"^\s*(?:ROOT\s+)?%([\w.\-]+)\s*=", exe.hlo, re.M))
     total = sum(r.time_us for r in rows)
     print(f"model {args.model} seq {args.seq}: {len(exe.program.instructions)} instructions, "
           f"{len(rows)} ops, {len(layers)} layers at depth 2; compile {compile_s:.1f} s")
     print(f"simulated {prof.time_us:.1f} us; rows sum {total:.1f} us ({100 * (total / prof.time_us - 1):+.4f}%)")
     print(f"rows naming an instruction of exe.hlo: {sum(r.name in names for r in rows)}/{len(rows)}")
-    print(f"time traced to torch module paths: {100 * prof.traced_fraction():.1f}%")
-    print(f"plain emulated run {run_s:.2f} s; profile + rows + HTML {profile_s:.2f} s "
-          f"({profile_s / run_s:.2f}x); report {Path(args.html).name} {size / 1e6:.2f} MB")
+    print(f"time traced to torch module paths: {100 * prof.traced_fraction():.1f}%; ops spanning several modules "
+          f"at depth 2: {sum(len({layer_of(m, 2) for m in r.modules}) > 1 for r in rows)}")
+    print(f"plain emulated run {run_s:.2f} s wall, {run_cpu:.2f} s CPU; profile + rows + HTML {profile_s:.2f} s "
+          f"wall, {profile_cpu:.2f} s CPU ({profile_cpu / run_cpu:.2f}x CPU); report {Path(args.html).name} "
+          f"{size / 1e6:.2f} MB")
     print()
     print(prof.table("layer", depth=2, top=8))
 

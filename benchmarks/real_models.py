@@ -126,7 +126,7 @@ def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expec
     run = Run()
     try:
         start = time.perf_counter()
-        exe = compiler.compile(model, args, example_kwargs=kwargs, auto_cast=cast)
+        exe = compiler.compile(model, args, example_kwargs=kwargs, auto_cast=cast, cache=False, quiet=True)
         run.compile_s = time.perf_counter() - start
         start = time.perf_counter()
         outputs, prof = exe.run_with_profile(*args, **kwargs)

@@ -16,7 +16,9 @@ from pathlib import Path
 import numpy as np
 
 from compiler import driver, options
+from compiler.autotune import autotune_options
 from compiler.model_files import load_model_file
+from compiler.sweep.cli import add_sweep_parser
 from frontend import supported_operators
 from hlo.errors import NeuroncError
 from isa import neff
@@ -36,6 +38,13 @@ def _add_compile(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", help="output .neff (default: MODEL's name with .neff)")
     p.add_argument("--entry", default="get_model", help="function of a .py model file to call")
     options.add_arguments(p)
+    p.add_argument("--autotune", action="store_true",
+                   help="choose each GEMM/conv shape's tiling and buffering on the emulator's timing (kept in the "
+                        "cache folder; the dump's autotune.txt says what and why)")
+    p.add_argument("--autotune-workers", type=int, metavar="N", help="parallel autotune trials (default: cores)")
+    p.add_argument("--autotune-ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run the autotune trials as Ray tasks (local instance, or the cluster at ADDRESS)")
+    p.add_argument("--retune", action="store_true", help="with --autotune: ignore the choices already stored")
     p.set_defaults(func=cmd_compile)
 
 
@@ -106,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile(sub)
     _add_run_and_profile(sub)
     _add_tools(sub)
+    add_sweep_parser(sub)
     for command in sub.choices.values():  # --verbose is accepted after the command too
         command.add_argument("--verbose", action="store_true", default=argparse.SUPPRESS,
                              help="show tracebacks on errors")
@@ -121,6 +131,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         quiet_torch()
     model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
     compile_options = options.from_arguments(args)
+    if args.autotune:
+        compile_options = autotune_options(args.model, compile_options, args.entry, args.autotune_workers,
+                                           args.autotune_ray, args.retune)
     exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs)
     exe.save(output, weights=compile_options.weights)
     program = exe.program

@@ -198,8 +198,8 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
         try:
             entry = cache.put(key, lambda folder: _write_entry(exe, folder))
             _map_entry_weights(exe.program, entry)
-        except OSError as e:  # a full or read-only cache must not fail the compile
-            stats.cache = f"miss {key[:16]}, not stored ({e.strerror})"
+        except (OSError, IsaError) as e:  # a full or read-only cache must not fail the compile
+            stats.cache = f"miss {key[:16]}, not stored ({getattr(e, 'strerror', None) or e})"
             log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
     log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
     return exe
@@ -258,6 +258,14 @@ def _read_entry(folder: Path) -> Executable | None:
         return None
 
 
+def backend_options(options: CompileOptions) -> BackendOptions:
+    """The backend's knobs that CompileOptions sets (the rest keep backend/options.py's defaults)."""
+    return BackendOptions(list_schedule=options.scheduler, dma_queues=options.dma_queues,
+                          sbuf_budget_bytes=options.sbuf_budget, stationary_buffers=options.buffers,
+                          moving_buffers=options.buffers, tile_policy=options.tile_policy,
+                          tile_overrides=options.tile_choices(), memory_planner=options.memory_planner)
+
+
 def compile_module(module: Module, target_machine: Any, options: CompileOptions,
                    stats: CompileStats | None = None) -> Executable:
     """Run the pass pipeline and the backend on an HLO module."""
@@ -270,14 +278,14 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
         pipeline.progress = lambda name: stats.progress.update(name, len(stats.phases) + len(pipeline.runs))
     pipeline.run(module)
     for run in pipeline.runs:
-        stats.add(run.name, run.seconds, run.peak_bytes, "pass")
-    result = backend_compile(module, target_machine,
-                             options=BackendOptions(list_schedule=options.scheduler == "list"), timer=stats)
+        stats.add(run.name, run.seconds, run.peak_bytes, "pass", run.cpu_seconds)
+    result = backend_compile(module, target_machine, options=backend_options(options), timer=stats)
     capacity.check_program(result.program, target_machine)
     result.program.meta.update(input_types=input_types, output_types=output_types)
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(), compile_stats=stats,
-                     reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule})
+                     reports={"memory_plan.txt": result.memory_plan, "schedule.txt": result.schedule,
+                              "tiling.txt": result.tiling})
     if options.dump_dir:
         out = Path(options.dump_dir)
         out.mkdir(parents=True, exist_ok=True)

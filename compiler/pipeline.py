@@ -71,6 +71,7 @@ class PassRun:
     seconds: float
     changed: bool
     peak_bytes: int = 0  # resident-memory high-water mark during the run (compiler.stats)
+    cpu_seconds: float = 0.0
 
 
 class PassPipeline:
@@ -160,7 +161,7 @@ class PassPipeline:
         if self.progress is not None:
             self.progress(p.name)
         reset_peak()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             changed = bool(p.run(module))
         except NeuroncError:
@@ -168,7 +169,8 @@ class PassPipeline:
         except Exception as e:  # a bug in a pass: name the pass, keep the cause for --verbose
             raise CompilationError(f"pass {p.name} failed on module {module.name}: "
                                    f"{type(e).__name__}: {e}") from e
-        self.runs.append(PassRun(p.name, group, iteration, time.perf_counter() - start, changed, peak_rss_bytes()))
+        self.runs.append(PassRun(p.name, group, iteration, time.perf_counter() - start, changed, peak_rss_bytes(),
+                                 time.process_time() - cpu))
         if isinstance(p, RecordsDecisions):
             self.decision_lines.extend(p.decision_lines())
         if self._dumper is not None and self._should_dump(p.name, changed):
@@ -265,7 +267,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
-        passes.append(FusionPass(strategy=options.fusion))
+        passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
                   "gather_expander", "integer_dot_expander", "canonicalize",

@@ -49,7 +49,8 @@ class PhaseStat:
     name: str
     seconds: float
     peak_bytes: int
-    kind: str  # "frontend", "pass", "backend" or "output"
+    kind: str  # "frontend", "pass", "backend", "cache" or "output"
+    cpu_seconds: float = float("nan")  # process CPU time (wall time on a busy machine says little)
 
 
 class Progress:
@@ -92,15 +93,15 @@ class CompileStats:
         if self.progress:
             self.progress.update(name, len(self.phases))
         reset_peak()
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         try:
             yield
         finally:
             seconds = time.perf_counter() - start
-            self.phases.append(PhaseStat(name, seconds, peak_rss_bytes(), kind))
+            self.phases.append(PhaseStat(name, seconds, peak_rss_bytes(), kind, time.process_time() - cpu))
 
-    def add(self, name: str, seconds: float, peak_bytes: int, kind: str) -> None:
-        self.phases.append(PhaseStat(name, seconds, peak_bytes, kind))
+    def add(self, name: str, seconds: float, peak_bytes: int, kind: str, cpu_seconds: float = float("nan")) -> None:
+        self.phases.append(PhaseStat(name, seconds, peak_bytes, kind, cpu_seconds))
         if self.progress:
             self.progress.update(name, len(self.phases))
 
@@ -114,9 +115,10 @@ class CompileStats:
         for p in self.phases:
             if p.name in merged:
                 m = merged[p.name]
-                merged[p.name] = PhaseStat(p.name, m.seconds + p.seconds, max(m.peak_bytes, p.peak_bytes), p.kind)
+                merged[p.name] = PhaseStat(p.name, m.seconds + p.seconds, max(m.peak_bytes, p.peak_bytes), p.kind,
+                                           m.cpu_seconds + p.cpu_seconds)
             else:
-                merged[p.name] = PhaseStat(p.name, p.seconds, p.peak_bytes, p.kind)
+                merged[p.name] = PhaseStat(p.name, p.seconds, p.peak_bytes, p.kind, p.cpu_seconds)
         return merged
 
     def table(self) -> str:
@@ -124,11 +126,13 @@ class CompileStats:
         rows = list(self.by_name().values())
         total = self.total_seconds or 1e-12
         width = max([len("phase"), *(len(r.name) for r in rows)])
-        lines = [f"{'phase':<{width}}  {'kind':<8}  {'time (s)':>9}  {'share':>6}  {'peak RSS (MiB)':>14}"]
+        lines = [f"{'phase':<{width}}  {'kind':<8}  {'time (s)':>9}  {'share':>6}  {'cpu (s)':>8}  "
+                 f"{'peak RSS (MiB)':>14}"]
         for r in rows:
             lines.append(f"{r.name:<{width}}  {r.kind:<8}  {r.seconds:>9.3f}  {100 * r.seconds / total:>5.1f}%  "
-                         f"{r.peak_bytes / 2**20:>14.1f}")
-        lines.append(f"{'total':<{width}}  {'':<8}  {total:>9.3f}  {'100.0%':>6}  "
+                         f"{r.cpu_seconds:>8.3f}  {r.peak_bytes / 2**20:>14.1f}")
+        cpu = sum(r.cpu_seconds for r in rows)
+        lines.append(f"{'total':<{width}}  {'':<8}  {total:>9.3f}  {'100.0%':>6}  {cpu:>8.3f}  "
                      f"{max((r.peak_bytes for r in rows), default=0) / 2**20:>14.1f}")
         if self.cache:
             lines.append(f"compile cache: {self.cache}")
@@ -136,5 +140,5 @@ class CompileStats:
 
     def to_dict(self) -> dict[str, Any]:
         return {"cache": self.cache,
-                "phases": [{"name": p.name, "kind": p.kind, "seconds": p.seconds, "peak_bytes": p.peak_bytes}
-                           for p in self.phases]}
+                "phases": [{"name": p.name, "kind": p.kind, "seconds": p.seconds, "cpu_seconds": p.cpu_seconds,
+                            "peak_bytes": p.peak_bytes} for p in self.phases]}

@@ -134,7 +134,7 @@ def capture_export(model: torch.nn.Module | ExportedProgram, example_inputs: Seq
                 ep = ep.run_decompositions(decomposition_table(keep))
     except Exception as e:  # torch raises many unrelated types here; report its own words
         hint = _DATA_DEPENDENT if "unbacked" in str(e).lower() or "data-dependent" in str(e).lower() else ""
-        raise LoweringError(f"torch.export failed for {name}: {_first_lines(e)}{hint}") from e
+        raise LoweringError(f"torch.export failed for {name}: {_first_lines(e, 2 if hint else 3)}{hint}") from e
 
     sig = ep.graph_signature
     if any(s.kind == OutputKind.TOKEN for s in sig.output_specs):

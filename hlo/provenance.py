@@ -76,22 +76,37 @@ def _fused(inst: Instruction) -> Computation | None:
     return comp if isinstance(comp, Computation) else None
 
 
+def _constant_expression(inst: Instruction, memo: dict[int, bool]) -> bool:
+    """Constants, iotas and what only they feed (e.g. a broadcast scalar, a causal mask)."""
+    if inst.uid not in memo:
+        memo[inst.uid] = False  # (a cycle cannot happen; this only stops a revisit)
+        memo[inst.uid] = inst.opcode in ("constant", "iota") or (
+            inst.opcode != "parameter" and bool(inst.operands)
+            and all(_constant_expression(o, memo) for o in inst.operands))
+    return memo[inst.uid]
+
+
 def all_provenances(inst: Instruction) -> tuple[Provenance, ...]:
-    """The instruction's origins and, for a fusion, those of every instruction it fused, nested
-    fusions included. Left out: parameters (operands computed elsewhere), constant expressions
-    (constants, iotas and what only they feed, e.g. a broadcast scalar: data, which CSE shares
-    between ops) and the reducers reduce ops call (shared between ops as well)."""
+    """The instruction's origins (merged ones included) and, for a fusion, the own origin of every
+    instruction it fused, nested fusions included. Left out: constant expressions (constants, iotas
+    and what only they feed, inside the fusion or through its operands: a broadcast scalar, the
+    causal mask), which CSE shares between the ops of every layer and the fusion pass then
+    duplicates into each fusion; for the same reason, the origins CSE merged into a fused
+    instruction; parameters (operands computed elsewhere) and the reducers reduce ops call (shared
+    between ops). A fusion carries its root's metadata, merged origins included."""
     found = list(provenances(inst))
-    stack = [c for c in [_fused(inst)] if c is not None]
+    memo: dict[int, bool] = {}
+    stack = [(c, inst) for c in [_fused(inst)] if c is not None]
     while stack:
-        comp = stack.pop()
-        constant: set[int] = set()
+        comp, caller = stack.pop()
+        for param in comp.parameters:
+            number = param.parameter_number or 0
+            if number < len(caller.operands) and _constant_expression(caller.operands[number], memo):
+                memo[param.uid] = True
         for sub in comp.instructions:
-            if sub.opcode in ("constant", "iota") or (sub.operands and all(o.uid in constant for o in sub.operands)):
-                constant.add(sub.uid)
-            elif sub.opcode != "parameter":
-                found.extend(provenances(sub))
+            if sub.opcode != "parameter" and not _constant_expression(sub, memo):
+                found.append(own_provenance(sub))
             nested = _fused(sub)
             if nested is not None:
-                stack.append(nested)
-    return tuple(dict.fromkeys(found))
+                stack.append((nested, sub))
+    return tuple(dict.fromkeys(p for p in found if p))

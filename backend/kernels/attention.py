@@ -30,13 +30,16 @@ from backend.kernels.dot import _merge_groups, compute_dtype
 from backend.kernels.evaluate import FOLD, Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, walk
 from backend.kernels.leaves import LeafLoader
-from backend.kernels.operands import PSUM_SLOT, KOperand
+from backend.kernels.operands import PSUM_SLOT, KOperand, Loaded
 from backend.layout import View, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
+from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 
 NEG_FLOOR = -1e30  # a finite running max, so a row masked in a whole chunk gives exp(-inf) = 0, not NaN
+MASK_FILL = -1e30  # added to masked scores in PSUM: finite, so identity x mask has no 0 * inf
+MAX_MASKS = 8  # distinct diagonal mask tiles a kernel builds on chip (else: mask in SBUF by affine_select)
 
 
 @dataclass
@@ -226,6 +229,9 @@ class _Attention:
         self._in_place = [KOperand.all_in_place(builder, [v[r] for v in views], c) for r, c in enumerate(computes)]
         self.loader = LeafLoader(builder, plan.score, self.p_axis, (self.f_axis,), plan.name,
                                  loop_axes=tuple(range(self.nb)))
+        self.merged = self._merged_heads()
+        self.mask_offsets = self._mask_offsets()
+        self.masks: dict[int, AccessPattern] = {}
         self.temps = Temporaries("temps", self.W)
         leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
         acc = AccessPattern("psum", "f32", 0, ((1, self.W),), partitions=self.qmax)
@@ -233,6 +239,65 @@ class _Attention:
         x = AccessPattern("sbuf", "f32", 0, ((1, self.W),), partitions=self.qmax)
         self.temps.measure(lambda bb, store: TileEvaluator(bb, store, self.qmax, self.W, leaves, acc=acc,
                                                            coords=coords).run(plan.score, x))
+
+    def _merged_heads(self) -> tuple[View, View, View] | None:
+        """Q^T, K^T [heads * dh, T] and V [T, heads * dv] of all heads at once, when the heads are side
+        by side along the contiguous axis (one batch axis of size > 1, as the QKV projection writes
+        [tokens, heads * dh]): each is then loaded once for the kernel in rows of every head (runs of
+        heads * dh elements instead of dh), and a head's Q^T / K^T are partitions of a K-tile."""
+        plan, parts = self.plan, self.b.target.partitions
+        big = [a for a, d in enumerate(plan.batch_dims) if d > 1]
+        if len(big) != 1 or parts % self.dh or parts % self.dv:
+            return None
+        heads = plan.batch_dims[big[0]]
+        if not all(start_partition_allowed(h * self.dh % parts, self.dh) for h in range(heads)):
+            return None
+        merged = []
+        for view, width in ((plan.q, self.dh), (plan.k, self.dh), (plan.v, self.dv)):
+            for a in reversed(range(self.nb)):
+                if a != big[0]:
+                    view = view.index(a, 0)
+            if view.strides[2] != 1 or view.strides[0] != width:
+                return None
+            merged.append(View(view.buffer, (view.dims[1], heads * width), (view.strides[1], 1), view.offset,
+                               view.cast))
+        return merged[0].transpose((1, 0)), merged[1].transpose((1, 0)), merged[2]
+
+    def _merged_operands(self) -> tuple[KOperand, KOperand, KOperand]:
+        assert self.merged is not None
+        q, k, v = self.merged
+        plan = self.plan
+        return (KOperand(self.b, q, plan.compute1, "qa", plan.name),
+                KOperand(self.b, k, plan.compute1, "ka", plan.name),
+                KOperand(self.b, v, plan.compute2, "va", plan.name))
+
+    def _mask_offsets(self) -> list[int] | None:
+        """The diagonal offsets of the 128-key blocks a causal-style mask cuts (those get the mask added in
+        PSUM by one matmul against an identity, so every score tile is read straight from PSUM), or None
+        when the mask is applied in SBUF instead (no affine mask, rows entirely masked, too many)."""
+        affine, parts = self.plan.affine, self.b.target.partitions
+        if affine is None or affine.diag is None or affine.diag < 0:
+            return None
+        offsets: set[int] = set()
+        for q0 in range(0, self.Tq, self.qmax):
+            qw = min(self.qmax, self.Tq - q0)
+            for k0 in range(0, self.Tk, self.W):
+                k0, kw = affine.trim(q0, qw, k0, min(self.W, self.Tk - k0))
+                for kb in range(k0, k0 + kw, parts):
+                    if affine.kind(q0, qw, kb, min(parts, k0 + kw - kb)) == "partial":
+                        offsets.add(q0 + affine.diag - kb)
+        return sorted(offsets) if len(offsets) <= MAX_MASKS else None
+
+    def _build_masks(self) -> None:
+        """[128, 128] tiles of 0 (kept) and MASK_FILL (key - query > offset), built by POOL once."""
+        parts, dtype = self.b.target.partitions, self.plan.compute1
+        for offset in self.mask_offsets or ():
+            tile = self.pools["mask"].next().flat(dtype, self.qmax, parts)
+            self.b.memset(tile, 0.0, f"{self.plan.name} mask {offset}")
+            self.b.emit("pool", "affine_select", f"{self.plan.name} mask {offset}",
+                        {"cmp": "is_ge", "offset": offset, "channel_multiplier": 1, "free_multiplier": -1,
+                         "fill": MASK_FILL}, dst=tile, src=tile)
+            self.masks[offset] = tile
 
     def _views(self, index: tuple[int, ...]) -> tuple[View, View, View]:
         """[K, C] views of one batch: Q^T [dh, Tq], K^T [dh, Tk], V [Tk, dv]."""
@@ -246,20 +311,31 @@ class _Attention:
                 KOperand(self.b, k, plan.compute1, "k", tag, allow_image=self._in_place[1]),
                 KOperand(self.b, v, plan.compute2, "v", tag, allow_image=self._in_place[2]))
 
+    def _operand_specs(self) -> list[PoolSpec]:
+        c1, c2 = itemsize(self.plan.compute1), itemsize(self.plan.compute2)
+        if self.merged is not None:
+            qa, ka, va = self._merged_operands()
+            return [PoolSpec("qa", "sbuf", 0 if qa.in_sbuf else qa.nk * self.Tq * c1, 1, source=qa.stages),
+                    PoolSpec("ka", "sbuf", 0 if ka.in_sbuf else ka.nk * self.Tk * c1, 1, source=ka.stages),
+                    PoolSpec("va", "sbuf", 0 if va.in_sbuf else va.nk * va.C * c2, 1, source=va.stages),
+                    *qa.specs(self.Tq), *ka.specs(self.Tk), *va.specs(va.C)]
+        q0, k0, v0 = self._operands((0,) * self.nb)
+        return [PoolSpec("qT", "sbuf", 0 if q0.in_sbuf else self.nkh * self.qmax * c1, 2, source=q0.stages),
+                PoolSpec("kT", "sbuf", 0 if k0.in_sbuf else self.nkh * self.Tk * c1, 2, source=k0.stages),
+                PoolSpec("vr", "sbuf", 0 if v0.in_sbuf else self.nkv * self.dv * c2, 2, source=v0.stages),
+                *q0.specs(self.qmax), *k0.specs(self.Tk), *v0.specs(self.dv)]
+
     def specs(self) -> list[PoolSpec]:
         c1, c2 = itemsize(self.plan.compute1), itemsize(self.plan.compute2)
-        q0, k0, v0 = self._operands((0,) * self.nb)
-        specs = self.temps.specs() + [
-            PoolSpec("qT", "sbuf", 0 if q0.in_sbuf else self.nkh * self.qmax * c1, 2, source=q0.stages),
-            PoolSpec("kT", "sbuf", 0 if k0.in_sbuf else self.nkh * self.Tk * c1, 2, source=k0.stages),
-            PoolSpec("vr", "sbuf", 0 if v0.in_sbuf else self.nkv * self.dv * c2, 2, source=v0.stages),
+        specs = self.temps.specs() + self._operand_specs() + [
             PoolSpec("x", "sbuf", self.W * 4, 2),
             PoolSpec("p", "sbuf", self.W * c2, 2),
             PoolSpec("pT", "sbuf", 4 * self.qmax * c2, 4),
             PoolSpec("vec", "sbuf", 4, 16),
             PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
             PoolSpec("s", "psum", 0, 2), PoolSpec("o", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
-        specs += q0.specs(self.qmax) + k0.specs(self.Tk) + v0.specs(self.dv)
+        if self.mask_offsets:
+            specs.append(PoolSpec("mask", "sbuf", self.b.target.partitions * c1, len(self.mask_offsets)))
         n_tiles = -(-self.Tq // self.qmax) * -(-self.Tk // self.W)
         return specs + self.loader.specs(self.qmax, self.W, -(-self.Tk // self.W), 32 * 1024, loop_tiles=n_tiles)
 
@@ -269,11 +345,29 @@ class _Attention:
         self.pools = pools
         self.loader.bind(pools)
         self.temps.bind(pools)
+        self._build_masks()
         b.useful_macs += plan.macs
         n_batches = int(np.prod(plan.batch_dims, dtype=np.int64))
-        for operand in self._operands((0,) * self.nb):
-            operand.note_layout(plan.name, n_batches)
+        merged = None
+        if self.merged is not None:
+            qa, ka, va = self._merged_operands()
+            for operand in (qa, ka, va):
+                operand.bind(pools)
+                operand.note_layout(plan.name)
+            merged = (qa.load(None if qa.in_sbuf else pools["qa"].next(), 0, self.Tq, self.Tq),
+                      ka.load(None if ka.in_sbuf else pools["ka"].next(), 0, self.Tk, self.Tk),
+                      va.load(None if va.in_sbuf else pools["va"].next(), 0, va.C, va.C))
+        else:
+            for operand in self._operands((0,) * self.nb):
+                operand.note_layout(plan.name, n_batches)
         for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+            if merged is not None:
+                head = max(index)  # the one batch axis of size > 1
+                qT, kT = (_HeadRows(m, head * self.dh, self.dh, b.target.partitions) for m in merged[:2])
+                vr = _HeadColumns(merged[2], head * self.dv)
+                for q0 in range(0, self.Tq, self.qmax):
+                    self.block(dict(enumerate(index)), q0, min(self.qmax, self.Tq - q0), qT, kT, vr)
+                continue
             q, k, v = self._operands(index)
             for operand in (q, k, v):
                 operand.bind(pools)
@@ -346,6 +440,20 @@ class _Attention:
         b, plan, affine = self.b, self.plan, self.plan.affine
         if affine is not None and affine.kind(q0, qw, k0, kw) == "full":
             return s, affine.scale
+        if affine is not None and self.masks:
+            assert affine.diag is not None
+            parts = b.target.partitions
+            ident = b.identity(plan.compute1).flat(plan.compute1, qw, qw)
+            for kb in range(k0, k0 + kw, parts):
+                sub = min(parts, k0 + kw - kb)
+                if affine.kind(q0, qw, kb, sub) != "partial":
+                    continue
+                mask = self.masks[q0 + affine.diag - kb]
+                b.load_stationary(ident, f"{tag} mask identity")
+                b.multiply_moving(replace(s, offset=s.offset + (kb - k0) * 4, pattern=((1, sub),)),
+                                  replace(mask, partitions=qw, pattern=((1, sub),)), acc=True,
+                                  comment=f"{tag} causal mask")
+            return s, affine.scale
         x = self.pools["x"].next().flat("f32", qw, kw)
         if affine is not None:
             b.activation(x, s, "identity", scale=affine.scale, comment=f"{tag} scale")
@@ -392,6 +500,34 @@ class _Attention:
         """Is the score tile -inf everywhere whatever Q and K hold (a constant mask removes it)?"""
         values = _constant_eval(self.plan.score, self.p_axis, q0, qw, self.f_axis, k0, kw, fixed)
         return values is not None and bool(np.all(values == -np.inf))
+
+
+@dataclass(frozen=True)
+class _HeadRows:
+    """One head's Q^T or K^T: `dh` partitions from row `f0` of the all-heads operand (K-tile f0 // 128)."""
+
+    loaded: Loaded
+    f0: int
+    dh: int
+    parts: int
+
+    def ap(self, kt: int, c: int, n: int, rows: int | None = None) -> AccessPattern:
+        assert kt == 0
+        parts = self.parts
+        ap = self.loaded.ap(self.f0 // parts, c, n)
+        return replace(ap, start_partition=ap.start_partition + self.f0 % parts,
+                       partitions=self.dh if rows is None else rows)
+
+
+@dataclass(frozen=True)
+class _HeadColumns:
+    """One head's V: columns from `c0` of the all-heads [T, heads * dv] operand."""
+
+    loaded: Loaded
+    c0: int
+
+    def ap(self, kt: int, c: int, n: int, rows: int | None = None) -> AccessPattern:
+        return self.loaded.ap(kt, self.c0 + c, n, rows)
 
 
 def _constant_eval(root: Node, p_axis: int, p0: int, pw: int, f_axis: int, f0: int, fw: int,

@@ -34,6 +34,7 @@ from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_gr
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
+from backend.registry import KernelShape
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from hlo.ir import WindowDim
@@ -112,7 +113,11 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
 
 
 def conv_kernel(builder: ProgramBuilder, plan: ConvPlan) -> None:
-    _ConvKernel(builder, plan).run()
+    """The kernel of `plan`, tiled with the options the tile policy chooses for its shape."""
+    o, i, kh, kw = plan.w.dims
+    b, c, h, w = plan.x.dims
+    with builder.kernel_options(KernelShape("conv", (b, c, h, w, o, kh, kw), plan.compute)):
+        _ConvKernel(builder, plan).run()
 
 
 @dataclass(frozen=True)

@@ -24,8 +24,9 @@ from backend.emit import ProgramBuilder
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
-from backend.kernels.operands import KOperand, Loaded
+from backend.kernels.operands import KOperand, Loaded, TiledConst
 from backend.layout import View, itemsize
+from backend.registry import KernelShape
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
@@ -164,13 +165,17 @@ def _peel(lhs: View, rhs: View, outs: list[View], nb: int, nlf: int, nc: int,
     return lhs, rhs, outs, nb, nlf, nrf
 
 
-def arrange_const(builder: ProgramBuilder, view: View, compute: str) -> View:
-    """Store a constant operand (batch..., K, C) densely in that order and in the compute dtype."""
-    arr = view.const_array()
-    return builder.new_const(arr, compute)
-
-
 def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
+    """The kernel of `plan`, tiled with the options the tile policy chooses for its shape."""
+    m, k = plan.lhs.dims[-2:]
+    batches = 1
+    for d in plan.batch_dims:
+        batches *= d
+    with builder.kernel_options(KernelShape("dot", (batches, m, k, plan.rhs.dims[-1]), plan.compute)):
+        _dot_kernel(builder, plan)
+
+
+def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     nb = len(plan.batch_dims)
     m_axis, n_axis = nb, nb + 1
     s_m, s_n = plan.out.strides[m_axis], plan.out.strides[n_axis]
@@ -178,28 +183,35 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     # operand roles as [K, C] views (C = the operand's free axis)
     lhs_t = plan.lhs.transpose(tuple(range(nb)) + (nb + 1, nb))  # (batch..., K, M)
     stat_full, mov_full = (plan.rhs, lhs_t) if feature_major else (lhs_t, plan.rhs)
-    if stat_full.is_const:
-        stat_full = arrange_const(builder, stat_full, plan.compute)
-    if mov_full.is_const:
-        mov_full = arrange_const(builder, mov_full, plan.compute)
     p_axis, f_axis = (n_axis, m_axis) if feature_major else (m_axis, n_axis)
     K = plan.lhs.dims[-1]
     P, F = plan.out.dims[p_axis], plan.out.dims[f_axis]
     opts, parts = builder.options, builder.target.partitions
     mt = min(opts.moving_tile, builder.target.data["pe"]["max_n"], F)
     pmax = min(parts, P, builder.target.data["pe"]["max_m"])
+    # constants are stored as the kernel reads them: stationary in blocks of pmax columns, moving in
+    # blocks of one moving tile, each block one contiguous DMA (operands.TiledConst)
+    stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax) if stat_full.is_const else None
+    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt) if mov_full.is_const else None
+    if stat_tiled is not None:
+        stat_full = stat_full.with_cast(plan.compute)
+    if mov_tiled is not None:
+        mov_full = mov_full.with_cast(plan.compute)
     nk = -(-K // parts)
     f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
     csz = itemsize(plan.compute)
     n_p = -(-P // pmax)
-    stat_bytes, mov_bytes = pmax * itemsize(stat_full.stored_dtype), mt * itemsize(mov_full.stored_dtype)
+    stat_bytes = pmax * itemsize(plan.compute if stat_tiled else stat_full.stored_dtype)
+    mov_bytes = mt * itemsize(plan.compute if mov_tiled else mov_full.stored_dtype)
 
     index0 = (0,) * nb
     batches = list(itertools.product(*(range(d) for d in plan.batch_dims)))
     stat_image = KOperand.all_in_place(builder, [_index(stat_full, i) for i in batches], plan.compute)
     mov_image = KOperand.all_in_place(builder, [_index(mov_full, i) for i in batches], plan.compute)
-    stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat", allow_image=stat_image)
-    mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov", allow_image=mov_image)
+    stat0 = KOperand(builder, _index(stat_full, index0), plan.compute, "stat", allow_image=stat_image,
+                     tiled=_batch(stat_tiled, index0, plan.batch_dims))
+    mov0 = KOperand(builder, _index(mov_full, index0), plan.compute, "mov", allow_image=mov_image,
+                    tiled=_batch(mov_tiled, index0, plan.batch_dims))
     loader = LeafLoader(builder, plan.epilogue, p_axis, (f_axis,), plan.name)
     temps = Temporaries("temps", mt)
     dry_leaves = {key: dry_operand(kind) for key, kind in loader.kinds().items()}
@@ -208,17 +220,23 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         p_axis, 0, ((f_axis, 0, mt),))).run(plan.epilogue, dry_acc))
 
     def pool_specs(resident: bool, caps: tuple[int, int], kt: int = nk, stat0: KOperand = stat0,
-                   mov0: KOperand = mov0) -> tuple[list[PoolSpec], int, int, int]:
-        # a resident moving operand is read from HBM once: only stationary bytes count for the blocking
-        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps)
+                   mov0: KOperand = mov0, deep: bool = False) -> tuple[list[PoolSpec], int, int, int]:
+        # a resident moving operand is read from HBM once: only stationary bytes count for the blocking;
+        # a streamed one over the whole K accumulates block by block (_Loop), a K-chunked one (_ChunkedLoop)
+        # keeps every block's accumulators and stationary buffers of the earlier plan
+        blockwise = not resident and kt == nk
+        blocks, group = _blocking(n_p, len(f_tiles), opts, stat_bytes, 0 if resident else mov_bytes, caps,
+                                  blockwise=blockwise)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
                  PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, most * min(len(f_tiles), opts.psum_acc_banks) + 2)),
-                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz, opts.stationary_buffers * most,
-                          source=stat0.stages)]
+                          max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks)
+                              + 2)),
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz,
+                          stat_bufs(most, deep) if resident else most + 2 if blockwise
+                          else opts.stationary_buffers * most, source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
@@ -228,7 +246,18 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         return specs + mov0.specs(cols), blocks, group, first
 
     caps = (opts.max_stationary_blocks, opts.group_banks)
-    specs, blocks, group, first = pool_specs(True, caps)
+    def stat_bufs(most: int, deep: bool) -> int:
+        # with the moving operand resident, PE work only waits on stationary blocks: up to
+        # stationary_prefetch_bytes of them are in flight, so their DMAs fill the queues from the
+        # kernel's start instead of following PE block by block
+        bufs = opts.stationary_buffers * most
+        if deep:
+            bufs = max(bufs, min(n_p, opts.stationary_prefetch_bytes // max(1, nk * pmax * csz)))
+        return bufs
+
+    specs, blocks, group, first = pool_specs(True, caps, deep=True)
+    if not builder.alloc.fits(specs):
+        specs, blocks, group, first = pool_specs(True, caps)
     resident = nk * F * csz <= opts.moving_resident_bytes and builder.alloc.fits(specs)
     while not resident:  # streamed: fewer moving tiles, then fewer stationary blocks, until the pools fit
         specs, blocks, group, first = pool_specs(False, caps)
@@ -276,8 +305,10 @@ def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         return
     for index in batches:
         tag = f"{plan.name}{list(index) if index else ''}"
-        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag, allow_image=stat_image)
-        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag, allow_image=mov_image)
+        stat = KOperand(builder, _index(stat_full, index), plan.compute, "stat", tag, allow_image=stat_image,
+                        tiled=_batch(stat_tiled, index, plan.batch_dims))
+        mov = KOperand(builder, _index(mov_full, index), plan.compute, "mov", tag, allow_image=mov_image,
+                       tiled=_batch(mov_tiled, index, plan.batch_dims))
         stat.bind(pools)
         mov.bind(pools)
         loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
@@ -331,9 +362,23 @@ class _Loop:
                     g0 = grp[0][0]
                     gcols = grp[-1][0] + grp[-1][1] - g0
                     mov = self.mov.load(None if self.mov.in_sbuf else self.pools["mov"].next(), g0, gcols, gcols)
-                accs = self.accumulate(sb, loaded[si], grp, mov)
                 last = si == len(supers) - 1 and gi == len(sb_groups) - 1
-                self.epilogues(sb, grp, accs, opts.dma_split_bytes // 4 if last else None)
+                split = opts.dma_split_bytes // 4 if last else None
+                if resident:
+                    self.epilogues(sb, grp, self.accumulate(sb, loaded[si], grp, mov), split)
+                else:
+                    # streamed moving operand: block by block, so only G accumulators are live and R (the
+                    # reuse of each streamed moving byte) is bounded by SBUF rather than by PSUM; in the
+                    # last group, block j's buffer is refilled with the next super-block's block j as soon
+                    # as it is done (R + 2 rotating stationary buffers)
+                    refill = gi == len(sb_groups) - 1 and si + 1 < len(supers)
+                    if refill:
+                        loaded.append([])
+                    for j, (blk, block) in enumerate(zip(sb, loaded[si], strict=True)):
+                        self.epilogues([blk], grp, self.accumulate([blk], [block], grp, mov), split)
+                        if refill and j < len(supers[si + 1]):
+                            loaded[si + 1] += self.load_stationary_blocks([supers[si + 1][j]])
+                    continue
                 # software pipelining: the next blocks' loads (and PE transposes: PE runs in program
                 # order) after this block's first group, so their PSUM evacuations overlap the rest
                 prefetch_at = len(sb_groups) - 1 if si == 0 else 0
@@ -417,7 +462,8 @@ def _first_blocks(n_p: int, n_f: int, opts) -> int:
     return max(1, min(n_p, opts.max_stationary_blocks, opts.psum_acc_banks // max(1, min(n_f, 2))))
 
 
-def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: tuple[int, int]) -> tuple[int, int]:
+def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: tuple[int, int],
+              blockwise: bool = False) -> tuple[int, int]:
     """(R, G): R stationary blocks x G moving tiles accumulate together (R*G PSUM banks, half the
     accumulator pool so the next group never waits for an epilogue; R and G at most `caps`). Minimizes
     the operand bytes that must arrive per unit of PE work, (R * stat_bytes + G * mov_bytes) / (R * G),
@@ -426,13 +472,17 @@ def _blocking(n_p: int, n_f: int, opts, stat_bytes: int, mov_bytes: int, caps: t
     best: tuple[tuple[float, int], int, int] | None = None
     for r in range(1, min(n_p, caps[0]) + 1):
         for g in range(1, min(n_f, caps[1]) + 1):
-            if r * g > budget:
+            if (g if blockwise else r * g) > budget:
                 continue
             key = ((r * stat_bytes + g * mov_bytes) / (r * g), -g)
             if best is None or key < best[0]:
                 best = (key, r, g)
     assert best is not None
     return best[1], best[2]
+
+
+def _batch(tiled: TiledConst | None, index: tuple[int, ...], dims: tuple[int, ...]) -> TiledConst | None:
+    return None if tiled is None else tiled.batch(index, dims)
 
 
 def _index(view: View, index: tuple[int, ...]) -> View:

@@ -7,6 +7,9 @@ A tile is [pw partitions along p_axis x the free axes]; how a leaf is read depen
             partition and POOL's partition_reduce of that single partition broadcasts it to all of them
             (a DMA with partition_stride 0 would read it from HBM once per partition); cached per free
             range, so reused across blocks.
+- "pconst": a constant vector along the partition axis only (a bias of a feature-major matmul): stored at
+            compile time as [128, blocks] (element [p, j] = v[j * 128 + p]) and loaded once, in one DMA of
+            one contiguous run per partition, for every partition block.
 - "tensor": anything else: one DMA per tile; when the leaf does not vary along the kernel's loop axes
             (e.g. an attention mask shared by every head) and all its distinct tiles fit, each is loaded
             once and kept.
@@ -15,6 +18,8 @@ A tile is [pw partitions along p_axis x the free axes]; how a leaf is read depen
 from __future__ import annotations
 
 from math import prod
+
+import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
@@ -48,6 +53,9 @@ class LeafLoader:
         view = node.view
         assert view is not None
         if all(view.strides[a] == 0 or view.dims[a] == 1 for a in self.free_axes):
+            if (view.is_const and self.p_axis is not None and view.dims[self.p_axis] > 1
+                    and all(view.strides[a] == 0 or view.dims[a] == 1 for a in range(view.rank) if a != self.p_axis)):
+                return "pconst"
             return "pvec"
         if self.p_axis is None or view.strides[self.p_axis] == 0:
             return "fbcast"
@@ -55,7 +63,7 @@ class LeafLoader:
 
     def kinds(self) -> dict[int, str]:
         """Operand kind (evaluate.py's T/V) of every leaf."""
-        return {key: "V" if mode == "pvec" else "T" for key, mode in self.modes.items()}
+        return {key: "V" if mode in ("pvec", "pconst") else "T" for key, mode in self.modes.items()}
 
     def specs(self, pmax: int, fmax: int, f_tiles: int, budget: int, loop_tiles: int = 0) -> list[PoolSpec]:
         """Pools for all leaves: tiles of up to [pmax, fmax]; `f_tiles` free ranges per partition block.
@@ -68,6 +76,9 @@ class LeafLoader:
             mode = self.modes[id(node)]
             if mode == "pvec":
                 specs.append(PoolSpec(f"leaf{i}_vec", "sbuf", isz, 2))
+            elif mode == "pconst":
+                blocks = -(-node.view.dims[self.p_axis] // self.builder.target.partitions)  # type: ignore
+                specs.append(PoolSpec(f"leaf{i}_pconst", "sbuf", blocks * isz, 1))
             elif mode == "fbcast":
                 bufs = f_tiles + 1 if (f_tiles + 1) * fmax * isz <= budget else 2
                 specs.append(PoolSpec(f"leaf{i}_row", "sbuf", fmax * isz, bufs))
@@ -109,7 +120,11 @@ class LeafLoader:
             view = node.view
             assert view is not None
             self.builder.place(view)
-            if mode == "pvec":
+            if mode == "pconst":
+                tile = self._cached(node, (id(node),), lambda t, n=node: self._pconst(n, t))
+                parts = self.builder.target.partitions
+                result[id(node)] = PVec(tile.flat(view.dtype, pw, 1, p0 // parts))
+            elif mode == "pvec":
                 key = (id(node), fkey, p0, pw)
                 ones = [(a, 0, 1) for a, _, _ in free]
                 tile = self._cached(node, key, lambda t, v=view, ones=ones: self._dma(
@@ -155,6 +170,20 @@ class LeafLoader:
         self._dma(one, view.hbm_ap(self.p_axis, 0, 1, free, fixed))
         self.builder.emit("pool", "partition_reduce", f"{self.label} broadcast row", {"op": "add"},
                           dst=tile.flat(view.dtype, pn, fw), src=one)
+
+    def _pconst(self, node: Node, tile: Tile) -> None:
+        """The whole constant vector as [128, blocks], one DMA (see the "pconst" mode)."""
+        view = node.view
+        assert view is not None and self.p_axis is not None
+        parts = self.builder.target.partitions
+        arr = view.const_array()
+        vec = arr[tuple(slice(None) if a == self.p_axis else 0 for a in range(view.rank))]
+        blocks = -(-vec.size // parts)
+        table = np.zeros(blocks * parts, dtype=vec.dtype)
+        table[:vec.size] = vec
+        const = self.builder.new_const(table.reshape(blocks, parts).T.copy(), view.dtype)
+        rows = min(parts, vec.size)
+        self._dma(tile.flat(view.dtype, rows, blocks), const.hbm_ap(0, 0, rows, [(1, 0, blocks)]))
 
     def _dma(self, dst, src) -> None:
         self.builder.dma(dst, src, f"{self.label} load")

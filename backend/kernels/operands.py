@@ -11,13 +11,17 @@ view's strides (method chosen once per operand):
 - "strided":   small inputs, or neither axis contiguous: an element-wise strided DMA.
 - "image":     the operand is a tensor kept on chip whose SBUF image already has K on the partitions
                (residency.py) in the compute dtype: nothing is loaded, matmuls read the image.
-Constants never reach these paths strided: the planner stores them pre-arranged as [K, C] in the
-compute dtype. `load` returns a `Loaded`, which gives the access of any K-tile and columns.
+- "tiled":     a constant stored at compile time in the layout of its SBUF image (`TiledConst`): column
+               blocks of the width the kernel loads, each [128 partitions x K-tiles x width] in the compute
+               dtype, so a block is one DMA of one contiguous run per partition (two when K % 128 != 0).
+`load` returns a `Loaded`, which gives the access of any K-tile and columns.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
@@ -27,11 +31,64 @@ from isa.program import AccessPattern
 PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
 
 
+@dataclass(frozen=True)
+class TiledConst:
+    """A constant [batch..., K, C] operand laid out at compile time as its kernel reads it, in `buffer`
+    (a placed flat constant view). Per batch (K * C elements each), column blocks of `block` columns (the
+    last one narrower) follow each other; block j of width w holds rows [128 partitions][full K-tiles][w],
+    then the last partial K-tile's [K % 128][w]."""
+
+    buffer: View
+    K: int
+    C: int
+    block: int
+    parts: int
+    base: int = 0  # elements: the batch's first block
+
+    @staticmethod
+    def build(builder: ProgramBuilder, view: View, compute: str, block: int) -> TiledConst:
+        arr = np.asarray(view.const_array())
+        *batch, K, C = arr.shape
+        parts = builder.target.partitions
+        arr = arr.reshape(-1, K, C)
+        full = K // parts
+        pieces = []
+        for b in range(arr.shape[0]):
+            for c0 in range(0, C, block):
+                blk = arr[b, :, c0:c0 + block]
+                w = blk.shape[1]
+                pieces.append(blk[:full * parts].reshape(full, parts, w).transpose(1, 0, 2).reshape(-1))
+                pieces.append(blk[full * parts:].reshape(-1))
+        flat = builder.new_const(np.concatenate(pieces), compute)
+        return TiledConst(flat, K, C, min(block, C), parts)
+
+    def batch(self, index: tuple[int, ...], dims: tuple[int, ...]) -> TiledConst:
+        flat = 0
+        for i, d in zip(index, dims, strict=True):
+            flat = flat * d + i
+        return replace(self, base=flat * self.K * self.C)
+
+    def loads(self, c0: int, cn: int) -> list[tuple[int, int, int, int]]:
+        """(block start, width, rows, element offset) of the DMAs bringing columns [c0, c0 + cn): per
+        block its full K-tiles (rows = 128) and its partial K-tile (rows = K % 128)."""
+        assert c0 % self.block == 0 and (cn % self.block == 0 or c0 + cn == self.C), (c0, cn, self.block)
+        full = self.K // self.parts
+        out = []
+        for bs in range(c0, c0 + cn, self.block):
+            w = min(self.block, self.C - bs)
+            start = self.base + bs * self.K
+            if full:
+                out.append((bs, w, self.parts, start))
+            if self.K % self.parts:
+                out.append((bs, w, self.K % self.parts, start + full * self.parts * w))
+        return out
+
+
 class KOperand:
     """One matmul operand as a [K, C] view (already indexed to one batch)."""
 
     def __init__(self, builder: ProgramBuilder, view: View, compute: str, role: str, tag: str = "",
-                 allow_image: bool = True):
+                 allow_image: bool = True, tiled: TiledConst | None = None):
         assert view.rank == 2
         self.b = builder
         self.view = view
@@ -53,7 +110,10 @@ class KOperand:
             self.method = "strided_cast" if casting else "strided"
         self.chunk = min(self.K, builder.options.transpose_chunk)
         self.pools: dict[str, Pool] = {}
-        if allow_image and self.method == "direct" and self.image_ok():
+        self.tiled = tiled
+        if tiled is not None:
+            self.method = "tiled"
+        elif allow_image and self.method == "direct" and self.image_ok():
             self.method = "image"
 
     def image_ok(self) -> bool:
@@ -130,6 +190,8 @@ class KOperand:
         if self.method == "image":
             return Loaded(self, None, 0, 0, 0)
         assert dst is not None
+        if self.tiled is not None:
+            return self._load_tiled(dst, c0, cn, cols, at)
         loaded = Loaded(self, dst, c0, cols, at)
         self.b.place(self.view)
         if self.method == "transpose":
@@ -147,6 +209,24 @@ class KOperand:
                 self.b.dma(stage, src, f"{label} load")
                 self.b.copy(target, stage, f"{label} cast", engines=("act", "dve", "pool"))
         return loaded
+
+    def _load_tiled(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> Loaded:
+        """A pre-tiled constant: per column block one DMA, contiguous on both sides (SBUF per partition:
+        the blocks side by side, each [K-tiles x width], as `Loaded.ap` reads them)."""
+        tiled = self.tiled
+        assert tiled is not None and at % tiled.block == 0
+        self.b.place(tiled.buffer)
+        name = tiled.buffer.buffer.name
+        size = itemsize(self.compute)
+        full = self.K // self.parts
+        for bs, w, rows, offset in tiled.loads(c0, cn):
+            kt0 = 0 if rows == self.parts else full
+            n = (full if rows == self.parts else 1) * w
+            src = AccessPattern("hbm", self.compute, offset * size, ((1, n),), partitions=rows, tensor=name,
+                                partition_stride=n if rows > 1 else 0)
+            target = dst.flat(self.compute, rows, n, (at + bs - c0) * self.nk + kt0 * w)
+            self.b.dma(target, src, f"{self.tag} c{bs} load")
+        return Loaded(self, dst, c0, cols, at, tiled.block)
 
     def _load_transposed(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> None:
         b, parts = self.b, self.parts
@@ -202,6 +282,7 @@ class Loaded:
     c0: int
     cols: int
     at: int
+    block: int = 0  # > 0: blocks of `block` columns side by side, each [K-tiles x width] (TiledConst)
 
     def ap(self, kt: int, c: int, n: int, rows: int | None = None) -> AccessPattern:
         """Operand columns [c, c + n) of K-tile kt (its first `rows` rows: default all)."""
@@ -210,5 +291,10 @@ class Loaded:
             ap = op._image_ap(kt, c, n, rows)
             assert ap is not None
             return ap
-        return self.tile.flat(op.compute, op.k_rows(kt) if rows is None else rows, n,
-                              kt * self.cols + self.at + c - self.c0)
+        rows = op.k_rows(kt) if rows is None else rows
+        if self.block:
+            bs = c - (c - self.c0) % self.block
+            w = min(self.block, op.C - bs)
+            assert c + n <= bs + w, (c, n, bs, w)
+            return self.tile.flat(op.compute, rows, n, (self.at + bs - self.c0) * op.nk + kt * w + c - bs)
+        return self.tile.flat(op.compute, rows, n, kt * self.cols + self.at + c - self.c0)

@@ -17,6 +17,7 @@ from compiler.passes.simplify.constant_folding import ConstantFolding
 from compiler.passes.simplify.cse import CommonSubexpressionElimination
 from hlo.parser import parse_module
 from hlo.provenance import Provenance, all_provenances, provenances
+from isa.emulator.attribution import layer_of
 from tests.frontend.zoo import ZOO
 from tests.isa.test_attribution import check_html
 
@@ -117,6 +118,8 @@ def test_gpt2_rows_sum_name_hlo_instructions_and_trace_to_modules(gpt2, tmp_path
     assert abs(sum(r.time_us for r in rows) - prof.time_us) <= 0.01 * prof.time_us
     assert {r.name for r in rows} <= _hlo_names(exe.hlo)
     assert prof.traced_fraction() >= 0.8
+    for row in rows:  # no op is credited to two transformer blocks (shared mask: CSE'd once, fused into each)
+        assert len({layer_of(m, 2) for m in row.modules if m.startswith("h.")}) <= 1, (row.name, row.modules)
     layers = {g.path for g in prof.by_layer(2)}
     assert {"h.0", "h.1"} <= layers
     assert any(r.flops > 0 and r.bound_us > 0 for r in rows)

@@ -21,15 +21,16 @@ def nbytes(inst: Instruction) -> int:
     return 0 if inst.shape.is_tuple else inst.shape.nbytes
 
 
-def duplication(producer: Instruction, members: dict[int, Instruction]) -> tuple[bool, str]:
-    """Should `producer` (also used outside the fusion of `members`) be recomputed inside it?"""
+def duplication(producer: Instruction, members: dict[int, Instruction], weight: float = 1.0) -> tuple[bool, str]:
+    """Should `producer` (also used outside the fusion of `members`) be recomputed inside it? Yes when that
+    reads at most `weight` x the bytes of its value (--fusion-recompute-weight)."""
     if not is_elementwise(producer):
         return False, f"producer %{producer.name} ({producer.opcode}) is not recomputed (only elementwise ops are)"
     read = {o.uid for m in members.values() for o in m.operands if o.uid not in members}
     extra = sum(nbytes(o) for o in dict.fromkeys(producer.operands)
                 if o.uid not in members and o.uid not in read and o.opcode not in CHEAP)
     value = nbytes(producer)
-    if extra > value:
+    if extra > weight * value:
         return False, (f"recomputing %{producer.name} would read {extra} more bytes than its {value}-byte value "
                        "(kept materialized)")
     return True, (f"duplicated: recomputing reads {extra} more bytes, reading its value {value} "

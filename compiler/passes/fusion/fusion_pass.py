@@ -30,11 +30,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from compiler.options import FUSION_STRATEGIES, PassOptionError
 from compiler.passes.fusion.attention import attention_groups
-from compiler.passes.fusion.cost import duplication
 from compiler.passes.fusion.group import FusionDecision, FusionGroup
 from compiler.passes.fusion.prepare import DotReshapeSinking
+from compiler.passes.fusion.registry import FUSION_STRATEGIES
 from compiler.passes.fusion.rows import fusible, space_reason
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import constant_value, insert_before
@@ -43,22 +42,23 @@ from hlo.opcodes import ELEMENTWISE_CUSTOM_CALLS, custom_call_target, is_element
 
 _UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
 _NEVER_CANDIDATES = ("parameter", "constant")
+EPILOGUE_DAG_LIMIT = 48  # members of an elementwise epilogue DAG considered
 
 
 class FusionPass(HloPass):
     name = "fusion"
 
-    STRATEGIES = tuple(s for s in FUSION_STRATEGIES if s != "none")  # "none": the pipeline leaves fusion out
-
     def __init__(self, strategy: str = "greedy", epilogue: bool = True, loop: bool = True, prepare: bool = True,
-                 attention: bool = True):
-        if strategy not in self.STRATEGIES:
-            raise PassOptionError(f"fusion strategy {strategy!r} is not one of {', '.join(self.STRATEGIES)}")
+                 attention: bool = True, recompute_weight: float = 1.0):
+        # the strategy (compiler/passes/fusion/registry.py, a plug-in's too) says which phases run and may
+        # refuse a fusion the pass allows (spec.allow) or recompute a shared producer (spec.duplicate)
         self.strategy = strategy
-        self.epilogue = epilogue
-        self.loop = loop
-        self.prepare = prepare
-        self.attention = attention
+        self.spec = FUSION_STRATEGIES.get(strategy)
+        self.recompute_weight = recompute_weight
+        self.epilogue = epilogue and self.spec.epilogue
+        self.loop = loop and self.spec.loop
+        self.prepare = prepare and self.spec.prepare
+        self.attention = attention and self.spec.attention
         self.decisions: list[FusionDecision] = []
         self.notes: list[str] = []
 
@@ -112,11 +112,23 @@ class FusionPass(HloPass):
                                  "epilogue", "kOutput")
                     break
                 verdict = self._epilogue_verdict(tail, consumer)
+                if verdict[0] and self.spec.allow is not None:
+                    veto = self.spec.allow(tail, consumer, "kOutput", chain)
+                    verdict = verdict if veto is None else (False, f"strategy {self.strategy}: {veto}")
                 self._record(tail, consumer, verdict[0], verdict[1], "kOutput")
                 if not verdict[0]:
                     break
                 chain.append(consumer)
                 tail = consumer
+            if len(users[tail]) > 1 and tail is not comp.root:
+                # the chain stopped at a value used several times (tanh-GELU written out: x feeds x*0.5,
+                # x**3 and x + ...): the elementwise DAG behind it may still end in one value
+                refusals = len(self.decisions) - len(users[tail])
+                grown = self._epilogue_dag(comp, chain, users, claimed)
+                if len(grown) > len(chain):
+                    dag = self.decisions[len(self.decisions) - (len(grown) - len(chain)):]
+                    self.decisions[refusals:] = dag  # the "has N users" refusals no longer hold
+                chain, tail = grown, grown[-1]
             if len(chain) == 1:
                 continue
             claimed.update(i.uid for i in chain)
@@ -124,6 +136,66 @@ class FusionPass(HloPass):
             self._absorb_broadcasts(group, users, claimed)
             groups.append(group)
         return groups
+
+    def _epilogue_dag(self, comp: Computation, chain: list[Instruction], users: dict[Instruction, list[Instruction]],
+                      claimed: set[int]) -> list[Instruction]:
+        """Extend an epilogue chain into an elementwise DAG with a single result: the members reachable
+        from the chain through elementwise consumers whose other operands an epilogue can read; of the
+        candidate results (a member and its ancestors), the largest group in which every other member
+        is used only inside the group. Returns the members in program order, the result last."""
+        position = {inst.uid: n for n, inst in enumerate(comp.instructions)}
+        members = {i.uid: i for i in chain}
+        frontier = list(chain)
+        while frontier and len(members) < EPILOGUE_DAG_LIMIT:
+            producer = frontier.pop()
+            for consumer in users[producer]:
+                if consumer.uid in members or consumer.uid in claimed:
+                    continue
+                verdict = self._dag_verdict(consumer, members)
+                if verdict is None:
+                    members[consumer.uid] = consumer
+                    frontier.append(consumer)
+        ordered = sorted(members.values(), key=lambda i: position[i.uid])
+        best: list[Instruction] = chain
+        for result in ordered[len(chain):]:
+            group = self._ancestors(result, members)
+            inside = {i.uid for i in group}
+            if all(u.uid in inside for m in group if m is not result for u in users[m]) and len(group) > len(best):
+                best = sorted(group, key=lambda i: position[i.uid])
+        inside = {i.uid for i in best}
+        for m in best[len(chain):]:
+            producer = next(o for o in m.operands if o.uid in inside)
+            self._record(producer, m, True, "elementwise epilogue DAG (its values are used only inside it)",
+                         "kOutput")
+        return best
+
+    @staticmethod
+    def _ancestors(result: Instruction, members: dict[int, Instruction]) -> list[Instruction]:
+        seen: dict[int, Instruction] = {}
+        stack = [result]
+        while stack:
+            inst = stack.pop()
+            if inst.uid in seen or inst.uid not in members:
+                continue
+            seen[inst.uid] = inst
+            stack += inst.operands
+        return list(seen.values())
+
+    @staticmethod
+    def _dag_verdict(consumer: Instruction, members: dict[int, Instruction]) -> str | None:
+        """Why `consumer` (fed by a member) cannot join an epilogue DAG, or None."""
+        if not is_elementwise(consumer):
+            return "not elementwise"
+        if consumer.opcode == "custom-call" and custom_call_target(consumer) not in ELEMENTWISE_CUSTOM_CALLS:
+            return "not an elementwise custom-call"
+        outside = [o for o in dict.fromkeys(consumer.operands) if o.uid not in members]
+        for other in outside:
+            if other.opcode in ("broadcast", "constant"):
+                continue
+            if consumer.opcode == "add" and len(outside) == 1:
+                continue  # a residual add
+            return f"reads the full tensor %{other.name}"
+        return None
 
     @staticmethod
     def _epilogue_verdict(producer: Instruction, consumer: Instruction) -> tuple[bool, str]:
@@ -204,10 +276,10 @@ class FusionPass(HloPass):
                         waiting[producer.uid] = (producer, consumer)
                         continue
                     worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting)
-            if self.strategy != "cost" or not waiting:
+            if self.spec.duplicate is None or not waiting:
                 break
             producer, consumer = waiting.pop(next(iter(waiting)))
-            duplicate, reason = duplication(producer, group.members)
+            duplicate, reason = self.spec.duplicate(producer, group.members, self.recompute_weight)
             if duplicate:
                 worklist += self._try_add(group, producer, consumer, users, position, claimed, waiting, reason)
             else:
@@ -227,6 +299,9 @@ class FusionPass(HloPass):
         members = sorted([*group.members.values(), producer], key=lambda m: position[m.uid])
         reason = space_reason(members)
         kind = "kInput" if any(m.opcode == "reduce" for m in members) else "kLoop"
+        if reason is None and self.spec.allow is not None:
+            veto = self.spec.allow(producer, consumer, kind, members)
+            reason = None if veto is None else f"strategy {self.strategy}: {veto}"
         if reason is not None:
             self._record(producer, consumer, False, reason, kind)
             return []

@@ -1,0 +1,140 @@
+"""Patterns as real model code writes them compile to streaming kernels with large DMAs, and match eager torch."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import compiler
+from backend.options import BackendOptions
+from isa.emulator.timing import contiguous_runs
+from tests.backend.util import BF16, TOL, dot_text, layer_computation, rand, run_hlo
+from tests.conftest import assert_close
+
+
+def small_runs(exe: compiler.driver.Executable, below: int = 512) -> list[str]:
+    """Comments of the DMAs whose contiguous runs are shorter than `below` bytes on average."""
+    found = []
+    for inst in exe.program.instructions:
+        if inst.opcode != "dma":
+            continue
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        runs = max(contiguous_runs(src), contiguous_runs(dst))
+        if src.nbytes / runs < below:
+            found.append(inst.comment)
+    return found
+
+
+class WrittenOutGeluMLP(nn.Module):
+    """HF GPT-2's MLP: Conv1D (x @ W + b) and tanh-GELU written out as 0.5*x*(1+tanh(...))."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.w1 = nn.Parameter(torch.randn(d, hidden) / math.sqrt(d))
+        self.b1 = nn.Parameter(torch.randn(hidden) * 0.1)
+        self.w2 = nn.Parameter(torch.randn(hidden, d) / math.sqrt(hidden))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.addmm(self.b1, x.view(-1, x.shape[-1]), self.w1)
+        h = 0.5 * h * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (h + 0.044715 * torch.pow(h, 3.0))))
+        return x + (h @ self.w2).view(x.shape)
+
+
+@pytest.mark.parametrize("auto_cast", ["none", "matmult"])
+def test_written_out_gelu_is_a_matmul_epilogue(auto_cast):
+    torch.manual_seed(0)
+    model = WrittenOutGeluMLP(256, 512).eval()
+    x = torch.randn(1, 128, 256)
+    exe = compiler.compile(model, (x,), auto_cast=auto_cast)
+    assert "kind=kLoop" not in exe.hlo  # the GELU is the first matmul's epilogue, no kernel of its own
+    assert not small_runs(exe)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
+
+
+def constant_layer_text(m: int, k: int, n: int, dtype: str) -> str:
+    """relu(x @ w^T + b) with constant w and b; its result feeds a dot contracting its minor axis, so it
+    is written feature-major (the bias is per partition) and w is the stationary operand."""
+    comp = layer_computation("layer", m, k, n, "relu", dtype)
+    return (f"HloModule layer\n\n{comp}\nENTRY %main (x: {dtype}[{m},{k}], eye: f32[{n},{n}]) -> f32[{m},{n}] {{\n"
+            f"  %x = {dtype}[{m},{k}] parameter(0)\n  %eye = f32[{n},{n}] parameter(1)\n"
+            f'  %w = {dtype}[{n},{k}] constant({{...}}), data="w"\n  %b = f32[{n}] constant({{...}}), data="b"\n'
+            f"  %h = f32[{m},{n}] fusion(%x, %w, %b), kind=kOutput, calls=%layer\n"
+            f"  ROOT %out = f32[{m},{n}] dot(%h, %eye), lhs_contracting_dims={{1}}, rhs_contracting_dims={{0}}\n}}\n")
+
+
+@pytest.mark.parametrize("dtype", ["f32", "bf16"])
+def test_constant_weights_load_in_one_run_per_block(dtype):
+    """Constant matmul operands are stored tiled as their kernel reads them: every weight DMA reads one
+    contiguous HBM run (a K of 300 is two full K-tiles and a partial one; 700 columns end in a ragged
+    block), and the per-partition bias of a feature-major result is read once, in one DMA."""
+    m, k, n = 96, 300, 700
+    np_dtype = BF16 if dtype == "bf16" else np.float32
+    x, w, b = rand(m, k, seed=1, dtype=np_dtype), (rand(n, k, seed=2) / 10).astype(np_dtype), rand(n, seed=3)
+    eye = np.eye(n, dtype=np.float32)
+    (out,), result = run_hlo(constant_layer_text(m, k, n, dtype), [x, eye], constants={"w": w, "b": b})
+    h = np.maximum(x.astype(np.float32) @ w.astype(np.float32).T + b, 0)
+    np.testing.assert_allclose(out, h, **TOL[dtype])
+    consts = {name for name, t in result.program.tensors.items() if t.kind == "const"}
+    reads = [i for i in result.program.instructions if i.opcode == "dma" and i.comment.startswith("k1.")
+             and i.operands["src"].tensor in consts]
+    assert reads and all(contiguous_runs(i.operands["src"]) == 1 for i in reads)
+    bias = [i for i in reads if i.operands["src"].dtype == "f32" and i.operands["src"].nbytes <= 4 * 128 * -(-n // 128)
+            and "stat" not in i.comment and "mov" not in i.comment]
+    assert len(bias) == 1
+
+
+@pytest.mark.parametrize("rhs_transposed", [False, True])
+def test_streamed_moving_operand_block_by_block(rhs_transposed):
+    """A moving operand too large to stay in SBUF is streamed once per super-block of R stationary blocks,
+    accumulated block by block (R beyond the PSUM banks): 1100 rows are 9 blocks, two super-blocks of up
+    to 8, the second refilled block by block during the first's last group."""
+    m, k, n = 1100, 260, 1300
+    x, w = rand(m, k, seed=4), rand(*((n, k) if rhs_transposed else (k, n)), seed=5)
+    options = BackendOptions(moving_resident_bytes=1024)
+    (out,), result = run_hlo(dot_text(m, k, n, rhs_transposed=rhs_transposed), [x, w], options=options)
+    np.testing.assert_allclose(out, x @ (w.T if rhs_transposed else w), **TOL["f32"])
+    moving = sum(i.operands["src"].nbytes for i in result.program.instructions
+                 if i.opcode == "dma" and " mov " in i.comment)
+    assert moving <= 2 * k * n * 4  # streamed twice (two super-blocks), not once per pair of blocks
+
+
+class CausalSelfAttention(nn.Module):
+    """nanoGPT's attention: one QKV projection, heads split by view + transpose, a causal mask."""
+
+    def __init__(self, d: int, heads: int, seq: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=2)
+        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
+        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
+        y = torch.softmax(att, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+@pytest.mark.parametrize("auto_cast,heads", [("none", 4), ("matmult", 4), ("matmult", 8)])
+def test_attention_heads_loaded_once_mask_in_psum(auto_cast, heads):
+    """The heads of Q, K and V sit side by side in the QKV projection's output: the attention kernel
+    loads all of them at once in rows of every head (no 128-byte runs), and the causal mask of the
+    diagonal blocks is added in PSUM by a matmul (no POOL select over the scores)."""
+    torch.manual_seed(0)
+    model = CausalSelfAttention(256, heads, 256).eval()
+    x = torch.randn(1, 256, 256)
+    exe = compiler.compile(model, (x,), auto_cast=auto_cast)
+    assert not small_runs(exe)
+    insts = exe.program.instructions
+    assert any("causal mask" in i.comment and i.opcode == "multiply_moving" for i in insts)
+    assert not any("causal mask" in i.comment and i.opcode == "affine_select" for i in insts)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
