@@ -15,8 +15,8 @@ import itertools
 
 import numpy as np
 
-from compiler.passes.interface import HloPass
-from compiler.passes.utils import new_instruction, reachable_computations
+from compiler.passes.expand.op_expander import OpExpanderPass
+from compiler.passes.utils import new_instruction
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec, numpy_dtype
 from hlo.shape_inference import format_padding
 
@@ -29,18 +29,14 @@ def _constant_int(inst: Instruction) -> int | None:
     return int(np.asarray(inst.literal).reshape(()))
 
 
-class DynamicSliceExpander(HloPass):
+class DynamicSliceExpander(OpExpanderPass):
     name = "dynamic_slice_expander"
 
     def __init__(self, max_candidates: int = MAX_CANDIDATES):
         self.max_candidates = max_candidates
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in reachable_computations(module):
-            for inst in [i for i in comp.instructions if i.opcode in ("dynamic-slice", "dynamic-update-slice")]:
-                changed |= self._expand(module, comp, inst)
-        return changed
+    def matches(self, inst: Instruction) -> bool:
+        return inst.opcode in ("dynamic-slice", "dynamic-update-slice")
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         update = inst.opcode == "dynamic-update-slice"

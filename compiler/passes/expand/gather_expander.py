@@ -16,26 +16,22 @@ import itertools
 
 import numpy as np
 
-from compiler.passes.interface import HloPass
-from compiler.passes.utils import new_instruction, reachable_computations
+from compiler.passes.expand.op_expander import OpExpanderPass
+from compiler.passes.utils import new_instruction
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import gather_dims
 
 MAX_CANDIDATES = 64
 
 
-class GatherExpander(HloPass):
+class GatherExpander(OpExpanderPass):
     name = "gather_expander"
 
     def __init__(self, max_candidates: int = MAX_CANDIDATES):
         self.max_candidates = max_candidates
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in reachable_computations(module):
-            for inst in [i for i in comp.instructions if i.opcode == "gather"]:
-                changed |= self._expand(module, comp, inst)
-        return changed
+    def matches(self, inst: Instruction) -> bool:
+        return inst.opcode == "gather"
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices = inst.operands

@@ -14,6 +14,7 @@ import math
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import insert_before, new_instruction, reachable_computations
 from hlo.ir import Instruction, Module, Shape
+from hlo.opcodes import is_float
 
 EXACT = 1 << 24
 MAGNITUDE = {"s8": 128, "u8": 255, "pred": 1}
@@ -33,8 +34,7 @@ class IntegerDotExpander(HloPass):
     def run(self, module: Module) -> bool:
         changed = False
         for comp in reachable_computations(module):
-            for dot in [i for i in comp.instructions if i.opcode == "dot" and i.shape.dtype not in
-                        ("f16", "bf16", "f32", "f64", "f8e4m3fn", "f8e5m2")]:
+            for dot in [i for i in comp.instructions if i.opcode == "dot" and not is_float(i.shape)]:
                 if not exact_on_pe(dot):
                     continue
                 floats = []

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import itertools
 
-from compiler.passes.interface import HloPass
-from compiler.passes.utils import new_instruction, reachable_computations
+from compiler.passes.expand.op_expander import OpExpanderPass
+from compiler.passes.utils import new_instruction
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import scatter_dims
 
@@ -37,18 +37,14 @@ def combiner_op(comp: Computation) -> str | None:
     return None
 
 
-class ScatterExpander(HloPass):
+class ScatterExpander(OpExpanderPass):
     name = "scatter_expander"
 
     def __init__(self, max_positions: int = MAX_POSITIONS):
         self.max_positions = max_positions
 
-    def run(self, module: Module) -> bool:
-        changed = False
-        for comp in reachable_computations(module):
-            for inst in [i for i in comp.instructions if i.opcode == "scatter" and len(i.operands) == 3]:
-                changed |= self._expand(module, comp, inst)
-        return changed
+    def matches(self, inst: Instruction) -> bool:
+        return inst.opcode == "scatter" and len(inst.operands) == 3
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices, updates = inst.operands
