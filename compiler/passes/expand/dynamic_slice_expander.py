@@ -15,9 +15,8 @@ import itertools
 
 import numpy as np
 
-from compiler.passes.expand.op_expander import OpExpanderPass
-from compiler.passes.utils import new_instruction
-from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec, numpy_dtype
+from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
+from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_inference import format_padding
 
 MAX_CANDIDATES = 64
@@ -52,17 +51,8 @@ class DynamicSliceExpander(OpExpanderPass):
         combos = list(itertools.product(*per_dim))
         if len(combos) > self.max_candidates:
             return False
-        new: list[Instruction] = []
-
-        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
-                literal=None) -> Instruction:
-            made = new_instruction(module, opcode, shape, operands, attrs, inst.metadata, literal=literal,
-                                   name=f"{inst.name}.{opcode}")
-            new.append(made)
-            return made
-
-        def const(value, dtype: str) -> Instruction:
-            return add("constant", Shape(dtype, ()), [], literal=np.array(value).astype(numpy_dtype(dtype)))
+        expansion = Expansion(module, inst)
+        add, const = expansion.add, expansion.const
 
         clamped: dict[int, Instruction] = {}
         for d, (n, s, start) in enumerate(zip(x.shape.dims, sizes, starts, strict=True)):
@@ -93,7 +83,7 @@ class DynamicSliceExpander(OpExpanderPass):
                 if out_shape.rank else cond
             result = add("select", out_shape, [mask, value, result])
         at = comp.instructions.index(inst)
-        comp.instructions[at:at + 1] = new
+        comp.instructions[at:at + 1] = expansion.made
         comp.replace_all_uses(inst, result)
         return True
 

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
-
-from compiler.passes.expand.op_expander import OpExpanderPass
-from compiler.passes.utils import new_instruction
+from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import gather_dims
 
@@ -55,17 +52,8 @@ class GatherExpander(OpExpanderPass):
         kept = [d for d in range(rank) if d not in g.collapsed_slice_dims and d not in g.operand_batching_dims]
         if len(kept) != len(g.offset_dims) or len(index_batch) != len(out_batch):
             return False
-        new: list[Instruction] = []
-
-        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
-                literal=None) -> Instruction:
-            made = new_instruction(module, opcode, shape, operands, attrs, inst.metadata, literal=literal,
-                                   name=f"{inst.name}.{opcode}")
-            new.append(made)
-            return made
-
-        def const(value, dtype: str = "s32") -> Instruction:
-            return add("constant", Shape(dtype, ()), [], literal=np.array(value, np.int32))
+        expansion = Expansion(module, inst)
+        add, const = expansion.add, expansion.const
 
         batch_shape = tuple(indices.shape.dims[d] for d in index_batch)
         to_out = tuple(out_batch)  # index batch dim i -> output dim out_batch[i]
@@ -115,6 +103,6 @@ class GatherExpander(OpExpanderPass):
             wide = add("broadcast", Shape("pred", out.dims), [mask], {"dimensions": to_out})
             result = add("select", Shape(out.dtype, out.dims), [wide, value, result])
         at = comp.instructions.index(inst)
-        comp.instructions[at:at + 1] = new
+        comp.instructions[at:at + 1] = expansion.made
         comp.replace_all_uses(inst, result)
         return True

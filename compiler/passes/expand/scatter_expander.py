@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import itertools
 
-from compiler.passes.expand.op_expander import OpExpanderPass
-from compiler.passes.utils import new_instruction
+from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import scatter_dims
 
@@ -67,14 +66,8 @@ class ScatterExpander(OpExpanderPass):
         positions = list(itertools.product(*(range(updates.shape.dims[d]) for d in scatter_update_dims)))
         if len(positions) > self.max_positions:
             return False
-        new: list[Instruction] = []
-
-        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
-                literal=None) -> Instruction:
-            made = new_instruction(module, opcode, shape, operands, attrs, inst.metadata, literal=literal,
-                                   name=f"{inst.name}.{opcode}")
-            new.append(made)
-            return made
+        expansion = Expansion(module, inst)
+        add = expansion.add
 
         dims = x.shape.dims
         iotas = {d: add("iota", Shape("s32", dims), [], {"iota_dimension": d}) for d in s.scatter_dims_to_operand_dims}
@@ -112,7 +105,7 @@ class ScatterExpander(OpExpanderPass):
             else:
                 current = add("select", Shape(x.shape.dtype, dims), [mask, combined, current])
         at = comp.instructions.index(inst)
-        comp.instructions[at:at + 1] = new
+        comp.instructions[at:at + 1] = expansion.made
         comp.replace_all_uses(inst, current)
         return True
 
