@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,17 +25,19 @@ from compiler.sweep.results import METRICS
 MAX_ATTEMPTS = 2  # a crashed worker's point is retried once
 
 
-class Executor:
+class Executor(ABC):
     """Runs tasks (JSON text of Sweep.task) and yields (task index, row dict) as they finish."""
 
     name = "executor"
 
+    @abstractmethod
     def run(self, tasks: list[str]) -> Iterator[tuple[int, dict[str, str]]]:
-        raise NotImplementedError
+        """Run every task; yield (its index, its results row) as each finishes."""
 
     @property
+    @abstractmethod
     def workers(self) -> int:
-        raise NotImplementedError
+        """How many tasks run at once."""
 
 
 def failure_row(task_json: str, status: str, error: str) -> dict[str, str]:
