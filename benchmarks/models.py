@@ -3,7 +3,6 @@ GPT-2-small-size transformer blocks (d=768, 12 heads, MLP 3072; nanoGPT's formul
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -11,7 +10,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from tests.frontend.zoo import MLP  # the zoo's MLP (GELU between layers), at benchmark sizes
+from tests.frontend.zoo import MLP, CausalSelfAttention  # the zoo's models, at benchmark sizes
 
 GPT2_SMALL = {"d": 768, "heads": 12, "mlp": 3072, "layers": 12}
 
@@ -50,24 +49,6 @@ class BasicBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.conv1(x)))
         return F.relu(self.bn2(self.conv2(y)) + x)
-
-
-class CausalSelfAttention(nn.Module):
-    def __init__(self, d: int, heads: int, seq: int):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
-        y = F.softmax(att, dim=-1) @ v
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
 class Block(nn.Module):

@@ -14,6 +14,7 @@ from backend.options import BackendOptions
 from isa.emulator.timing import contiguous_runs
 from tests.backend.util import BF16, TOL, dot_text, layer_computation, rand, run_hlo
 from tests.conftest import assert_close
+from tests.frontend.zoo import CausalSelfAttention
 
 
 def small_runs(exe: compiler.driver.Executable, below: int = 512) -> list[str]:
@@ -101,26 +102,6 @@ def test_streamed_moving_operand_block_by_block(rhs_transposed):
     moving = sum(i.operands["src"].nbytes for i in result.program.instructions
                  if i.opcode == "dma" and " mov " in i.comment)
     assert moving <= 2 * k * n * 4  # streamed twice (two super-blocks), not once per pair of blocks
-
-
-class CausalSelfAttention(nn.Module):
-    """nanoGPT's attention: one QKV projection, heads split by view + transpose, a causal mask."""
-
-    def __init__(self, d: int, heads: int, seq: int):
-        super().__init__()
-        self.heads = heads
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
-        self.register_buffer("mask", torch.tril(torch.ones(seq, seq, dtype=torch.bool)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(x).split(d, dim=2)
-        q, k, v = (z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(d // self.heads))
-        att = att.masked_fill(~self.mask[:t, :t], float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
 @pytest.mark.parametrize("auto_cast,heads", [("none", 4), ("matmult", 4), ("matmult", 8)])
