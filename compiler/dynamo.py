@@ -26,12 +26,12 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
 import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
 from compiler.driver import compile as compile_model
+from compiler.executable import to_torch
 from compiler.options import CompileOptions
 from frontend.builder import HLO_TO_TORCH
 from frontend.capture import attribute, capture_fx
@@ -67,16 +67,6 @@ def _op_count(gm: fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
-def _to_torch(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
-    """A numpy result as a torch tensor of ``dtype`` (bf16/fp8 arrive as ml_dtypes arrays, s64 results
-    may arrive as int32)."""
-    array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
-    if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-        ints = {torch.bfloat16: np.int16}.get(dtype, np.uint8)
-        return torch.from_numpy(array.view(ints).copy()).view(dtype)
-    return torch.from_numpy(array.copy()).to(dtype)
-
-
 class _Run:
     """One compiled specialization: the non-weight tensor inputs go to the emulator, results come back
     as torch tensors. Holds the weights it was compiled with, so that their ids stay theirs."""
@@ -89,7 +79,7 @@ class _Run:
     def __call__(self, *inputs: Any) -> Any:
         # the executable converts to the program's types (s64 range-checked into i32, bool into i8)
         outputs = self.executable.run(*[inputs[i].detach().contiguous() for i in self.fed])
-        tensors = [_to_torch(a, d) for a, d in zip(outputs, self.out_dtypes)]
+        tensors = [to_torch(a, d) for a, d in zip(outputs, self.out_dtypes)]
         return pytree.tree_unflatten(tensors, self.out_spec)
 
 

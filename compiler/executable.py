@@ -205,8 +205,12 @@ def _from_device(array: np.ndarray, hlo_type: str) -> np.ndarray:
 
 
 def _to_torch(array: np.ndarray, hlo_type: str) -> torch.Tensor:
-    """A result as a torch tensor of torch's dtype for its HLO type (bf16 and fp8 keep their bits)."""
-    dtype = HLO_TO_TORCH.get(hlo_type)
+    """A result as a torch tensor of torch's dtype for its HLO type."""
+    return to_torch(array, HLO_TO_TORCH.get(hlo_type))
+
+
+def to_torch(array: np.ndarray, dtype: torch.dtype | None) -> torch.Tensor:
+    """A numpy array as a torch tensor of ``dtype`` (None: its own); bf16 and fp8 keep their bits."""
     array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
     if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
         ints = np.int16 if dtype == torch.bfloat16 else np.uint8
