@@ -104,3 +104,18 @@ def test_greedy_generate_through_torch_compile():
     stats = compile_stats()
     # the prompt and each decoding step have new shapes (the cache grows): one program per call, none eager
     assert stats["eager"] == 0 and stats["compiles"] == 3
+
+
+class _Bytes(torch.nn.Module):
+    def forward(self, x: torch.Tensor, y: torch.Tensor):
+        return x.float() * 2 + y, x + 3  # the second wraps at 256, as torch's uint8 does
+
+
+def test_uint8_inputs_and_outputs_keep_torch_semantics():
+    x = torch.arange(224, 256, dtype=torch.uint8).reshape(4, 8)  # 253..255 + 3 wrap around
+    y = torch.randn(4, 8)
+    exe = compiler.compile(_Bytes(), (x, y))
+    got = exe(x, y)
+    want = _Bytes()(x, y)
+    assert got[1].dtype == torch.uint8 and torch.equal(got[1], want[1])
+    torch.testing.assert_close(got[0], want[0])
