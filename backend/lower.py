@@ -32,6 +32,7 @@ from backend.kernels.conv import conv_kernel, plan_conv
 from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
+from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS
 from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
@@ -409,6 +410,7 @@ KERNELS: dict[str, Handler] = {
     "convolution": anchored(plan_conv, conv_kernel),
     "reduce-window": anchored(plan_pool, pool_kernel),
     "gather": anchored(plan_gather, gather_kernel),
+    **INDIRECT_HANDLERS,  # dynamic-slice, dynamic-update-slice, scatter: rows by indirect DMA
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {

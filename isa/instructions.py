@@ -50,6 +50,12 @@ def start_partition_allowed(start: int, count: int) -> bool:
 
 
 REDUCE_OPS = ("add", "max", "min")
+# dma_indirect (helper `indirect`): which side the index tile addresses, out-of-range rows (NKI's
+# oob_mode: error or skip), and the destination read-modify-write (NKI dma_copy's dst_rmw_op: add)
+INDIRECT_SIDES = ("src", "dst")
+OOB_MODES = ("error", "skip")
+DMA_RMW_OPS = ("none", "add")
+DMA_OPCODES = ("dma", "dma_indirect")  # the opcodes that are DMA transfers on a queue
 # ACT's per-partition accumulator registers (NKI reduce_cmd): leave, zero, add the outputs' sum,
 # or zero then add.
 ACC_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
@@ -213,6 +219,25 @@ OPCODES: dict[str, OpcodeSpec] = {
             [AttrSpec("op", str, None, REDUCE_OPS)], "stream1", 18,
             "Reduce src [P, F] across its partitions in fp32; every partition of dst [Q, F] "
             "receives the result (Q = 1 for a plain reduction)."),
+        # -- helper `indirect`: indirect DMA, rows addressed by offsets read from an SBUF index tile --
+        _op("dma_indirect", ("sp",),
+            [OperandSpec("dst", W, ANY_MEMORY), OperandSpec("src", R, ANY_MEMORY),
+             OperandSpec("index", R, ("sbuf",))],
+            [AttrSpec("queue", int, 0), AttrSpec("side", str, "src", INDIRECT_SIDES),
+             AttrSpec("oob", str, "error", OOB_MODES), AttrSpec("rmw", str, "none", DMA_RMW_OPS)],
+            "dma", 32,
+            "A DMA whose `side` operand (`src`: a gather/load, `dst`: a scatter/store) is an HBM access "
+            "`hbm:T@OFF[S,P][free...]` addressed per row by the integer index tile `index` [P, 1] in SBUF: "
+            "row p is the free pattern starting at element OFF/size + index[p] * S (S >= 1; S = 1 makes "
+            "the index an element offset), instead of OFF/size + p * S. The other side is a plain [P x "
+            "free] access of the same element count and dtype. A row is in range when every byte it "
+            "touches lies in T; `oob=error` stops the program on an out-of-range row, `oob=skip` moves "
+            "nothing for it (a gathered row is left unwritten, a scattered one dropped). `rmw=add` (side "
+            "dst only) adds src into the rows instead of overwriting them (dst = dst + src in dst's type: "
+            "floats in fp32 rounded per row, integers wrapping); rows are applied in partition order, so "
+            "repeated indices accumulate and, with `rmw=none`, the last one wins. Cost: one descriptor "
+            "per contiguous run of every row (see the `dma` cost class); the index tile is read when the "
+            "transfer starts."),
     )
 }
 OPCODE_BY_CODE = {spec.code: spec for spec in OPCODES.values()}
@@ -223,6 +248,13 @@ def opcode(name: str) -> OpcodeSpec:
         return OPCODES[name]
     except KeyError:
         raise KeyError(f"unknown opcode {name!r}") from None
+
+
+def indirect_side(inst_opcode: str, attrs: dict) -> str | None:
+    """The operand a ``dma_indirect`` addresses through its index tile (None for every other opcode)."""
+    if inst_opcode != "dma_indirect":
+        return None
+    return str(attrs.get("side", "src"))
 
 
 def reduce_axes(axes: str, rank: int) -> tuple[int, ...]:

@@ -15,6 +15,7 @@ import itertools
 
 import numpy as np
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_inference import format_padding
@@ -35,7 +36,7 @@ class DynamicSliceExpander(OpExpanderPass):
         self.max_candidates = max_candidates
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode in ("dynamic-slice", "dynamic-update-slice")
+        return inst.opcode in ("dynamic-slice", "dynamic-update-slice") and not lowers_directly(inst)
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         update = inst.opcode == "dynamic-update-slice"

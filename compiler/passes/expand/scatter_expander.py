@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import scatter_dims
@@ -43,7 +44,7 @@ class ScatterExpander(OpExpanderPass):
         self.max_positions = max_positions
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode == "scatter" and len(inst.operands) == 3
+        return inst.opcode == "scatter" and len(inst.operands) == 3 and not lowers_directly(inst)
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices, updates = inst.operands
