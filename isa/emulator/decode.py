@@ -83,8 +83,9 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         kinds = access[inst.opcode]
         side = indirect_side(inst.opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
         views = {name: view(ap) for name, ap in operands.items() if name != side}
-        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r" and name != side)
-        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w" and name != side)
+        moved = ("dst", "src") if side else ()  # dma_indirect: its rows come from resolve() at transfer time
+        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r" and name not in moved)
+        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w" and name not in moved)
         duration = COSTS[spec.cost](target, inst) + dependent_extra(target, inst, previous.get(inst.engine))
         previous[inst.engine] = inst
         indirect = IndirectTransfer(inst, memory, views, describe(index, inst)) if side else None

@@ -132,6 +132,7 @@ class IndirectTransfer:
         self.oob = str(inst.attrs.get("oob", "error"))
         self.rmw = str(inst.attrs.get("rmw", "none"))
         self.direct = views[other]
+        self.direct_ap = inst.operands[other]
         self.index = views["index"]
         dt = DTYPES[self.ind.dtype].numpy
         self.size = dt.itemsize
@@ -181,11 +182,13 @@ class IndirectTransfer:
                 self.flat[row] = value
 
     def resolve(self) -> list[tuple[AccessPattern, bool]]:
-        """The HBM accesses of the rows the current index tile selects (one pattern for evenly spaced rows),
-        each with whether it writes; rmw rows are read and written."""
-        _, starts = self.rows()
+        """The accesses of the rows the current index tile selects, each with whether it writes: on the
+        indirect side (one pattern for evenly spaced rows; rmw rows are read and written) and on the direct
+        side (the partitions of the moved rows only: a skipped row is neither read nor written)."""
+        parts, starts = self.rows()
         if not len(starts):
             return []
+        direct = [(ap, self.side == "src") for ap in _partition_runs(self.direct_ap, parts)]
         row = replace(self.ind, partitions=1, partition_stride=0)
         steps = np.diff(starts)
         if len(starts) == 1:
@@ -196,6 +199,22 @@ class IndirectTransfer:
         else:
             aps = [replace(row, offset=int(s) * self.size) for s in np.unique(starts)]
         if self.side == "src":
-            return [(ap, False) for ap in aps]
+            return direct + [(ap, False) for ap in aps]
         reads = [(ap, False) for ap in aps] if self.rmw != "none" else []
-        return reads + [(ap, True) for ap in aps]
+        return direct + reads + [(ap, True) for ap in aps]
+
+
+def _partition_runs(ap: AccessPattern, parts: np.ndarray) -> list[AccessPattern]:
+    """The rows `parts` (sorted partitions of the access) as accesses of runs of consecutive rows."""
+    if len(parts) == ap.partitions:
+        return [ap]
+    breaks = np.flatnonzero(np.diff(parts) != 1) + 1
+    runs = []
+    for run in np.split(parts, breaks):
+        first, count = int(run[0]), len(run)
+        if ap.memory == "hbm":
+            runs.append(replace(ap, offset=ap.offset + first * ap.partition_stride * ap.itemsize, partitions=count,
+                                partition_stride=ap.partition_stride if count > 1 else 0))
+        else:
+            runs.append(replace(ap, start_partition=ap.start_partition + first, partitions=count))
+    return runs
