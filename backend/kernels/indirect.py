@@ -219,5 +219,8 @@ def move_rows(b: ProgramBuilder, dst: AccessPattern, src: AccessPattern, index: 
     for q0 in range(0, rows, step):
         qn = min(step, rows - q0)
         attrs = {"side": side, "oob": oob, "rmw": rmw}
-        b.emit("sp", "dma_indirect", f"{label} rows {q0}..{q0 + qn - 1}", attrs, dst=sub_rows(dst, q0, qn),
-               src=sub_rows(src, q0, qn), index=sub_rows(index, q0, qn))
+        # the indirect side's rows are where the index tile says: only their count changes
+        d = replace(dst, partitions=qn) if side == "dst" else sub_rows(dst, q0, qn)
+        s = replace(src, partitions=qn) if side == "src" else sub_rows(src, q0, qn)
+        b.emit("sp", "dma_indirect", f"{label} rows {q0}..{q0 + qn - 1}", attrs, dst=d, src=s,
+               index=sub_rows(index, q0, qn))
