@@ -69,8 +69,8 @@ def report(model: torch.nn.Module, inputs: tuple, auto_cast: str, target: str, t
         if inst.opcode == "dma_indirect":  # one descriptor per row at least
             effective = indirect_effective_bytes(machine, inst)
             row[2] += effective
-            row[3] += src.nbytes / max(1.0, (effective - src.nbytes) / machine.data["dma"]["descriptor_overhead_bytes"]) \
-                < SMALL_RUN
+            descriptors = (effective - src.nbytes) / machine.data["dma"]["descriptor_overhead_bytes"]
+            row[3] += src.nbytes / max(1.0, descriptors) < SMALL_RUN
             continue
         row[2] += dma_effective_bytes(machine, dst, src)
         row[3] += src.nbytes / max(contiguous_runs(src), contiguous_runs(dst)) < SMALL_RUN

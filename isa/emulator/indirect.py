@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+
 import numpy as np
 
 from isa.dtypes import DTYPES

@@ -155,8 +155,8 @@ def transfer_us(rows: int, row_elems: int) -> float:
 .tensor ids input i32 [{rows}]
 .tensor out output f32 [{rows},{row_elems}]
 sp.dma dst=sbuf[0:{rows}]@0[1,1]:i32 src=hbm:ids@0[1,{rows}][1,1]:i32 queue=0 signal(s0)
-sp.dma_indirect dst=hbm:out@0[{row_elems},{rows}][1,{row_elems}]:f32 src=hbm:t@0[{row_elems},{rows}][1,{row_elems}]:f32 \
-index=sbuf[0:{rows}]@0[1,1]:i32 queue=1 wait(s0>=1)
+sp.dma_indirect dst=hbm:out@0[{row_elems},{rows}][1,{row_elems}]:f32 \
+src=hbm:t@0[{row_elems},{rows}][1,{row_elems}]:f32 index=sbuf[0:{rows}]@0[1,1]:i32 queue=1 wait(s0>=1)
 """
     inputs = {"t": np.zeros((rows * 4, row_elems), np.float32), "ids": np.arange(rows, dtype=np.int32) * 3}
     return run_program(parse_program(text), inputs).profile.time_us
