@@ -33,6 +33,7 @@ from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS
+from backend.kernels.indirect_ops import rows_or
 from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
 from backend.layout import View, isa_dtype_of
@@ -409,7 +410,7 @@ KERNELS: dict[str, Handler] = {
     "pad": _pad,
     "convolution": anchored(plan_conv, conv_kernel),
     "reduce-window": anchored(plan_pool, pool_kernel),
-    "gather": anchored(plan_gather, gather_kernel),
+    "gather": rows_or(anchored(plan_gather, gather_kernel)),  # several indexed dims: rows by indirect DMA
     **INDIRECT_HANDLERS,  # dynamic-slice, dynamic-update-slice, scatter: rows by indirect DMA
 }
 # fusions of this kind are lowered by the handler

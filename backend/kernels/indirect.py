@@ -28,7 +28,7 @@ from backend.emit import ProgramBuilder
 from backend.layout import HLO_TO_ISA, View, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction
-from hlo.shape_indexing import scatter_dims
+from hlo.shape_indexing import gather_dims, scatter_dims
 from isa.program import AccessPattern
 
 MAX_FREE_DIMS = 4  # free pairs of an access pattern
@@ -75,6 +75,24 @@ def _scatter_form(inst: Instruction) -> bool:
     return len([d for d in range(rank) if d not in s.scatter_dims_to_operand_dims]) <= MAX_FREE_DIMS
 
 
+def general_gather_form(inst: Instruction) -> bool:
+    """A gather of several indexed dims (slice size 1, collapsed), the other dims whole, no batching dims: rows
+    at the sum of the clamped indices times the strides (one indexed dim is the gather kernel's)."""
+    if len(inst.operands) != 2 or not _machine_type(inst):
+        return False
+    x = inst.operands[0]
+    try:
+        g = gather_dims(inst.attrs)
+    except Exception:  # noqa: BLE001 (a malformed gather: the verifier's to report)
+        return False
+    indexed = set(g.start_index_map)
+    if g.operand_batching_dims or len(indexed) < 2 or set(g.collapsed_slice_dims) != indexed:
+        return False
+    if any(g.slice_sizes[d] != (1 if d in indexed else x.shape.dims[d]) for d in range(x.shape.rank)):
+        return False
+    return x.shape.rank - len(indexed) <= MAX_FREE_DIMS and inst.shape.size > 0
+
+
 def lowers_directly(inst: Instruction) -> bool:
     """Whether this module's kernels lower `inst` (then the select expanders leave it alone)."""
     if not _machine_type(inst):
@@ -84,6 +102,8 @@ def lowers_directly(inst: Instruction) -> bool:
         return 1 <= x.shape.rank <= MAX_FREE_DIMS + 1 and x.shape.size > 0
     if inst.opcode == "scatter":
         return _scatter_form(inst)
+    if inst.opcode == "gather":
+        return general_gather_form(inst)
     return False
 
 

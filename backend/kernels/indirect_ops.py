@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from backend.fused import Value, view_of
@@ -11,6 +12,7 @@ from backend.kernels.indirect import (
     Offsets,
     Term,
     direct_ap,
+    general_gather_form,
     indirect_ap,
     lowers_directly,
     move_rows,
@@ -19,7 +21,7 @@ from backend.kernels.indirect import (
 from backend.layout import View
 from hlo.errors import CompilationError
 from hlo.ir import Instruction
-from hlo.shape_indexing import scatter_dims
+from hlo.shape_indexing import gather_dims, scatter_dims
 
 PARTITIONS = 128
 
@@ -136,11 +138,7 @@ def scatter(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     batch = [d for d in range(updates.rank) if d not in s.update_window_dims]
     rows_view = _mergeable(lw, updates.transpose(tuple(batch + list(s.update_window_dims))), len(batch), inst)
     n_rows = rows_view.dims[0]
-    terms = []
-    for k, d in enumerate(s.scatter_dims_to_operand_dims):
-        column = indices.index(s.index_vector_dim, k) if s.index_vector_dim < indices.rank else indices
-        column = _mergeable(lw, column, column.rank, inst)
-        terms.append(Term(column, 0, out.dims[d] - 1, out.strides[d]))
+    terms = _index_columns(lw, indices, s.index_vector_dim, tuple(s.scatter_dims_to_operand_dims), out, inst)
     picked = set(s.scatter_dims_to_operand_dims)
     window = out.slice(tuple((0, 1, 1) if d in picked else (0, n, 1) for d, n in enumerate(out.dims)))
     free = [d for d in range(out.rank) if d not in picked] or [0]
@@ -154,6 +152,66 @@ def scatter(lw: Any, inst: Instruction, ops: list[Value]) -> View:
         move_rows(b, indirect_ap(window, free, rn, 1), src, idx, "dst", f"{name} rows {r0}", oob="skip", rmw=rmw)
     b.alloc.end_kernel()
     return out
+
+
+def _index_columns(lw: Any, indices: View, vector_dim: int, dims: tuple[int, ...], operand: View,
+                   inst: Instruction) -> list[Term]:
+    """One term per indexed operand dim: its index column (the index batch merged into one axis)."""
+    terms = []
+    for k, d in enumerate(dims):
+        column = indices.index(vector_dim, k) if vector_dim < indices.rank else indices
+        column = _mergeable(lw, column, column.rank, inst)
+        terms.append(Term(column, 0, operand.dims[d] - 1, operand.strides[d]))
+    return terms
+
+
+def general_gather(lw: Any, inst: Instruction, ops: list[Value]) -> View:
+    """A gather of several indexed dims: one row per index position (the kept dims whole) at the sum of the
+    clamped indices times the operand's strides (XLA clamps gather starts)."""
+    b, name, where = lw.b, lw.name(inst), inst.where()
+    g = gather_dims(inst.attrs)
+    out = lw.destination(inst)
+    x = _stored(lw, view_of(ops[0], inst.operands[0]), inst)
+    indices = view_of(ops[1], inst.operands[1])
+    batch = [o for o in range(out.rank) if o not in g.offset_dims]
+    rows_out = out.transpose(tuple(batch + list(g.offset_dims)))
+    staged = None
+    merged: View | None = rows_out
+    for _ in range(max(0, len(batch) - 1)):
+        merged = merged.merge_axes(0) if merged is not None else None
+    if merged is None:  # the batch dims of the output do not merge: gather into a dense scratch, then copy
+        staged = b.scratch(out.dtype, rows_out.dims, label=f"{inst.name} rows")
+        merged = _mergeable(lw, staged, len(batch), inst)
+    elif not batch:
+        merged = merged.insert_axis(0)
+    terms = _index_columns(lw, indices, g.index_vector_dim, tuple(g.start_index_map), x, inst)
+    indexed = set(g.start_index_map)
+    window = x.slice(tuple((0, 1, 1) if d in indexed else (0, n, 1) for d, n in enumerate(x.dims)))
+    kept = [d for d in range(x.rank) if d not in indexed] or [0]
+    n_rows = merged.dims[0]
+    pools = b.alloc.begin_kernel(name, Offsets.specs(PARTITIONS), where)
+    offsets = Offsets(b, pools, name)
+    for r0 in range(0, n_rows, PARTITIONS):
+        rn = min(PARTITIONS, n_rows - r0)
+        idx = offsets.build(terms, r0, rn, clamp=True)
+        move_rows(b, direct_ap(merged, 0, r0, rn, list(range(1, merged.rank))), indirect_ap(window, kept, rn, 1),
+                  idx, "src", f"{name} rows {r0}")
+    b.alloc.end_kernel()
+    if staged is not None:
+        inverse = tuple(sorted(range(out.rank), key=lambda a: (batch + list(g.offset_dims))[a]))
+        copy_kernel(b, staged.transpose(inverse), out, f"{name}.place", where)
+    return out
+
+
+Handler = Callable[[Any, Instruction, list[Value]], View]
+
+
+def rows_or(handler: Handler) -> Handler:
+    """The gather handler: the general row gather for several indexed dims, `handler` (the gather kernel,
+    embeddings and index_select) otherwise."""
+    def gather(lw: Any, inst: Instruction, ops: list[Value]) -> View:
+        return general_gather(lw, inst, ops) if general_gather_form(inst) else handler(lw, inst, ops)
+    return gather
 
 
 HANDLERS = {"dynamic-slice": dynamic_slice, "dynamic-update-slice": dynamic_update_slice, "scatter": scatter}

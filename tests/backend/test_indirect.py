@@ -183,3 +183,20 @@ def test_pipeline_prefers_the_indirect_dma_over_selects():
     want = x.copy()
     want[50:] = u  # 60 clamps to 200 - 150
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n", [7, 300])
+def test_gather_with_two_index_dims(n):
+    """x[i, j] with index arrays (jnp style): rows at clamped (i, j), more candidates than the expander takes."""
+    text = f"""HloModule g
+ENTRY %main (x: f32[40,30,5], i: s32[{n},2]) -> f32[{n},5] {{
+  %x = f32[40,30,5] parameter(0)
+  %i = s32[{n},2] parameter(1)
+  ROOT %y = f32[{n},5] gather(%x, %i), offset_dims={{1}}, collapsed_slice_dims={{0,1}}, start_index_map={{0,1}}, \
+index_vector_dim=1, slice_sizes={{1,1,5}}
+}}
+"""
+    idx = np.random.default_rng(n).integers(-3, 43, size=(n, 2)).astype(np.int32)
+    x = rand(40, 30, 5)
+    (got,) = check(text, [x, idx])
+    np.testing.assert_array_equal(got, x[np.clip(idx[:, 0], 0, 39), np.clip(idx[:, 1], 0, 29)])

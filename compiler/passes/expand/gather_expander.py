@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import gather_dims
@@ -28,7 +29,7 @@ class GatherExpander(OpExpanderPass):
         self.max_candidates = max_candidates
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode == "gather"
+        return inst.opcode == "gather" and not lowers_directly(inst)
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices = inst.operands
