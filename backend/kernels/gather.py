@@ -171,7 +171,7 @@ class _RowGather:
         b, plan = self.b, self.plan
         if plan.out.size == 0:
             return
-        specs = Offsets.specs(self.parts)
+        specs = Offsets.specs()
         if self.epilogue is not None:
             specs += [PoolSpec("rows", "sbuf", self.cols * itemsize(self.table.stored_dtype), 3)]
             specs += self.epilogue.specs()

@@ -29,6 +29,7 @@ from backend.layout import HLO_TO_ISA, View, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction
 from hlo.shape_indexing import gather_dims, scatter_dims
+from hlo.shape_util import ShapeInferenceError
 from isa.program import AccessPattern
 
 MAX_FREE_DIMS = 4  # free pairs of an access pattern
@@ -61,7 +62,7 @@ def _scatter_form(inst: Instruction) -> bool:
     x, _, updates = inst.operands
     try:
         s = scatter_dims(inst.attrs)
-    except Exception:  # noqa: BLE001 (a malformed scatter: the verifier's to report)
+    except ShapeInferenceError:  # a malformed scatter: the verifier's to report
         return False
     if s.input_batching_dims or s.scatter_indices_batching_dims:
         return False
@@ -83,7 +84,7 @@ def general_gather_form(inst: Instruction) -> bool:
     x = inst.operands[0]
     try:
         g = gather_dims(inst.attrs)
-    except Exception:  # noqa: BLE001 (a malformed gather: the verifier's to report)
+    except ShapeInferenceError:  # a malformed gather: the verifier's to report
         return False
     indexed = set(g.start_index_map)
     if g.operand_batching_dims or len(indexed) < 2 or set(g.collapsed_slice_dims) != indexed:
@@ -127,7 +128,8 @@ class Offsets:
         self.b, self.pools, self.label = b, pools, label
 
     @staticmethod
-    def specs(parts: int) -> list[PoolSpec]:
+    def specs() -> list[PoolSpec]:
+        """The index tiles' pools (a few bytes per partition each)."""
         return [PoolSpec("idx_raw", "sbuf", 8, 4), PoolSpec("idx_term", "sbuf", INDEX_BYTES, 4),
                 PoolSpec("idx_ok", "sbuf", INDEX_BYTES, 3), PoolSpec("idx", "sbuf", INDEX_BYTES, 3)]
 

@@ -87,7 +87,7 @@ def dynamic_slice(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     terms, base = _slice_terms(x, sizes, starts)
     window = x.slice(tuple((0, s, 1) for s in sizes))
     axis, rows, free = _rows(window)
-    pools = b.alloc.begin_kernel(name, Offsets.specs(PARTITIONS), where)
+    pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
     offsets = Offsets(b, pools, name)
     for r0 in range(0, rows, PARTITIONS):
         rn = min(PARTITIONS, rows - r0)
@@ -111,7 +111,7 @@ def dynamic_update_slice(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     terms, base = _slice_terms(out, update.dims, starts)
     window = out.slice(tuple((0, s, 1) for s in update.dims))
     axis, rows, free = _rows(window)
-    pools = b.alloc.begin_kernel(name, Offsets.specs(PARTITIONS), where)
+    pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
     offsets = Offsets(b, pools, name)
     for r0 in range(0, rows, PARTITIONS):
         rn = min(PARTITIONS, rows - r0)
@@ -143,7 +143,7 @@ def scatter(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     window = out.slice(tuple((0, 1, 1) if d in picked else (0, n, 1) for d, n in enumerate(out.dims)))
     free = [d for d in range(out.rank) if d not in picked] or [0]
     rmw = "add" if scatter_combiner(inst) == "add" else "none"
-    pools = b.alloc.begin_kernel(name, Offsets.specs(PARTITIONS), where)
+    pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
     offsets = Offsets(b, pools, name)
     for r0 in range(0, n_rows, PARTITIONS):
         rn = min(PARTITIONS, n_rows - r0)
@@ -177,7 +177,7 @@ def general_gather(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     rows_out = out.transpose(tuple(batch + list(g.offset_dims)))
     staged = None
     merged: View | None = rows_out
-    for _ in range(max(0, len(batch) - 1)):
+    for _ in range(len(batch) - 1):
         merged = merged.merge_axes(0) if merged is not None else None
     if merged is None:  # the batch dims of the output do not merge: gather into a dense scratch, then copy
         staged = b.scratch(out.dtype, rows_out.dims, label=f"{inst.name} rows")
@@ -189,7 +189,7 @@ def general_gather(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     window = x.slice(tuple((0, 1, 1) if d in indexed else (0, n, 1) for d, n in enumerate(x.dims)))
     kept = [d for d in range(x.rank) if d not in indexed] or [0]
     n_rows = merged.dims[0]
-    pools = b.alloc.begin_kernel(name, Offsets.specs(PARTITIONS), where)
+    pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
     offsets = Offsets(b, pools, name)
     for r0 in range(0, n_rows, PARTITIONS):
         rn = min(PARTITIONS, n_rows - r0)
