@@ -50,6 +50,12 @@ def start_partition_allowed(start: int, count: int) -> bool:
 
 
 REDUCE_OPS = ("add", "max", "min")
+# control flow (helper `control`): registers per engine stream, and the ALU ops of reg_op
+REGISTERS = 16
+REG_OPS = ("add", "subtract", "multiply", "max", "min", *COMPARE_OPS, "bitwise_and", "bitwise_or")
+ENGINES_ALL = ("pe", "act", "dve", "pool", "sp")
+CONTROL_OPCODES = ("reg_set", "reg_load", "reg_op", "branch", "jump", "loop", "sem_wait", "sem_reset")
+BRANCH_OPCODES = ("branch", "jump", "loop")
 # ACT's per-partition accumulator registers (NKI reduce_cmd): leave, zero, add the outputs' sum,
 # or zero then add.
 ACC_COMMANDS = ("idle", "reset", "reduce", "reset_reduce")
@@ -213,6 +219,40 @@ OPCODES: dict[str, OpcodeSpec] = {
             [AttrSpec("op", str, None, REDUCE_OPS)], "stream1", 18,
             "Reduce src [P, F] across its partitions in fp32; every partition of dst [Q, F] "
             "receives the result (Q = 1 for a plain reduction)."),
+        # ---- control (helper `control`): scalar registers, loops, branches, semaphore waits and resets ----
+        # Each engine stream has REGISTERS int32 registers; branch targets are labels (Instruction.label)
+        # of the same engine's stream. Codes from 64 keep clear of other helpers' additions.
+        _op("reg_set", ENGINES_ALL, [], [AttrSpec("reg", int, None), AttrSpec("value", int, None)],
+            "control", 64, "reg = value (a 32-bit signed immediate) in this engine stream's register file."),
+        _op("reg_load", ENGINES_ALL, [OperandSpec("src", R, ("sbuf",))], [AttrSpec("reg", int, None)],
+            "reg_load", 65,
+            "reg = the first element of src (its start partition, first free element) as int32: integer "
+            "and pred values exactly (wrapping to 32 bits), floats truncated toward zero, saturated, NaN "
+            "-> 0. The read is an SBUF access like any other: order it after the writer with a wait."),
+        _op("reg_op", ENGINES_ALL, [],
+            [AttrSpec("reg", int, None), AttrSpec("a", int, None), AttrSpec("op", str, None, REG_OPS),
+             AttrSpec("b", int, -1), AttrSpec("imm", int, 0)], "control", 66,
+            "reg = a <op> (register b, or the immediate imm when b = -1) in 32-bit two's-complement "
+            "integer math; comparisons give 1 or 0."),
+        _op("branch", ENGINES_ALL, [],
+            [AttrSpec("reg", int, None), AttrSpec("cmp", str, None, COMPARE_OPS), AttrSpec("imm", int, 0),
+             AttrSpec("target", str, None)], "branch", 67,
+            "Continue this engine's stream at the instruction labelled `target` when reg <cmp> imm "
+            "holds, else with the next instruction."),
+        _op("jump", ENGINES_ALL, [], [AttrSpec("target", str, None)], "branch", 68,
+            "Continue this engine's stream at the instruction labelled `target`."),
+        _op("loop", ENGINES_ALL, [], [AttrSpec("reg", int, None), AttrSpec("target", str, None)], "branch", 69,
+            "The end of a counted loop: reg = reg - 1, then continue at `target` (the body's first "
+            "instruction) while reg > 0. `reg_set reg=r value=N` before the body runs it N times."),
+        _op("sem_wait", ENGINES_ALL, [],
+            [AttrSpec("sem", int, None), AttrSpec("reg", int, None), AttrSpec("imm", int, 0)], "sync", 70,
+            "Wait until semaphore `sem` >= register reg + imm (a wait whose value grows as the register "
+            "counts loop trips), as a nop."),
+        _op("sem_reset", ENGINES_ALL, [], [AttrSpec("first", int, None), AttrSpec("count", int, None)],
+            "sync", 71,
+            "Set semaphores first .. first+count-1 to 0 when the instruction completes (before its own "
+            "signals fire): a loop body whose streams all passed a barrier reuses its semaphore "
+            "counts each trip."),
     )
 }
 OPCODE_BY_CODE = {spec.code: spec for spec in OPCODES.values()}
