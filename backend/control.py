@@ -31,7 +31,8 @@ from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Shape
 from hlo.shape_control import branches
 from hlo.while_loop import trip_count
-from isa.program import AccessPattern, Instruction as IsaInstruction
+from isa.program import AccessPattern
+from isa.program import Instruction as IsaInstruction
 
 MAX_DEPTH = 8  # nesting depth of loops and conditionals (a register each for the counter and the predicate)
 
@@ -123,7 +124,7 @@ def recorder(builder: ProgramBuilder) -> ControlRecorder:
 class ComputationLowering(Lowering):
     """The entry's Lowering over another computation (a while body or condition, a conditional branch)."""
 
-    def __init__(self, parent: Lowering, comp: Computation):  # noqa: super().__init__ binds the entry
+    def __init__(self, parent: Lowering, comp: Computation):  # not super().__init__: that binds the entry
         self.module = parent.module
         self.entry = comp
         self.b = parent.b
