@@ -53,7 +53,7 @@ from isa.constants import (
 )
 from isa.dtypes import DTYPES
 from isa.errors import AsmError, ProgramError
-from isa.instructions import BRANCH_OPCODES, OPCODES, AttrSpec, OpcodeSpec, OperandSpec
+from isa.instructions import OPCODES, AttrSpec, OpcodeSpec, OperandSpec
 from isa.program import (
     ENGINES,
     MEMORIES,
@@ -300,12 +300,6 @@ class _Assembler:
                     getattr(self, "_" + statement.data)(statement)
         if self.target is None:
             self._fail("missing .target directive", None)
-        engine_of = {i.label: i.engine for i in self.instructions if i.label}
-        for instr in self.instructions:
-            target = instr.attrs.get("target") if instr.opcode in BRANCH_OPCODES else None
-            if target is not None and engine_of.get(str(target)) != instr.engine:
-                self._fail(f"line {instr.line}: {instr.engine}.{instr.opcode} branches to {target!r}, which "
-                           f"labels no {instr.engine} instruction", None)
         inputs, outputs = self._io_order("input"), self._io_order("output")
         return Program(self.target, self.tensors, self.instructions, self._checked_constants(),
                        inputs, outputs, self.meta, self.origins, constants_file=self.constants_file)
