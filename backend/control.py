@@ -20,7 +20,7 @@ kernels, its parameters bound to the state views, its ROOT elements written into
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from backend.emit import ProgramBuilder
 from backend.fused import Value, view_of
@@ -205,6 +205,19 @@ def _forgetting_helpers(builder: ProgramBuilder):
     return forget
 
 
+def _keep_alive_through_loop(builder: ProgramBuilder, first_kernel: int) -> None:
+    """Survey pass: a scratch tensor accessed inside a loop is read again in the next trip, so its SBUF image
+    (residency.py) must live until the loop's end, not only until its last access in emission order."""
+    survey = builder.survey
+    if survey is None:
+        return
+    last = builder.alloc.kernel_index
+    for accesses in survey.accesses.values():
+        inside = [a for a in accesses if a.kernel >= first_kernel]
+        if inside and max(a.kernel for a in inside) < last:
+            accesses.append(replace(inside[-1], kernel=last, write=False))
+
+
 def lower_while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     cond, body = inst.attrs.get("condition"), inst.attrs.get("body")
     if not isinstance(cond, Computation) or not isinstance(body, Computation):
@@ -239,6 +252,7 @@ def lower_while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
         if trips is None or trips == 0:
             forget()
 
+    first_kernel = lw.b.alloc.kernel_index + 1
     if trips is not None:
         if trips > 0:
             items = rec.begin()
@@ -255,6 +269,7 @@ def lower_while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
         lower_body()
         rec.end()
         rec.add(While(cond_items, pred, body_items, inst.name))
+    _keep_alive_through_loop(lw.b, first_kernel)
     return list(state) if inst.shape.is_tuple else state[0]
 
 
