@@ -62,6 +62,8 @@ class _Emitter:
         self.texts: list[str] = []
         self.estimate = 0.0
         self.labels = 0
+        self.workers: tuple[str, ...] = WORKERS  # the workers of the current construct (see loop)
+        self.done: dict[tuple[int, int], list[Instruction]] = {}
 
     def new(self, engine: str, opcode: str, comment: str, attrs: dict | None = None,
             waits: list[tuple[int, int]] | None = None, signals: list[int] | None = None) -> Instruction:
@@ -75,13 +77,22 @@ class _Emitter:
         self.labels += 1
         return f"{kind}{self.labels}"
 
-    def mark(self, name: str) -> None:
+    def mark(self, name: str, engines: tuple[str, ...] = ENGINES) -> None:
         """Label the next instruction of every stream NAME_ENGINE."""
-        for engine in ENGINES:
+        for engine in engines:
             self.out.append(_Label(engine, f"{name}_{engine}"))
 
+    @property
+    def streams(self) -> tuple[str, ...]:
+        """The streams running the current construct: its workers and SP."""
+        return (*self.workers, "sp")
+
     # regions and barriers -------------------------------------------------------------------------------
-    def region(self, region: Region, last: bool = False) -> None:
+    def scheduled(self, region: Region) -> list[Instruction]:
+        """The region's instructions (and its drain) in schedule order, semaphores filled (once per region)."""
+        key = (region.start, region.end)
+        if key in self.done:
+            return self.done[key]
         seq = self.ops[region.start:region.end]
         drain = Instruction("pool", "nop", comment="region drained: every instruction above completed")
         seq = [*seq, drain]
@@ -91,23 +102,38 @@ class _Emitter:
         preds[-1] = list(range(len(seq) - 1))
         placement = spec.place(ScheduleProblem(seq, preds, self.costs, self.n_queues, groups))
         add_semaphores(seq, preds, placement.order, placement.queues)
-        self.out.extend(seq[i] for i in placement.order)
         self.texts.append(f"# region of instructions {region.start}..{region.end - 1}\n"
                           + schedule_text(seq, placement, self.mode))
         self.estimate += placement.makespan
+        self.done[key] = [seq[i] for i in placement.order]
+        return self.done[key]
+
+    def region(self, region: Region, last: bool = False) -> None:
+        self.out.extend(self.scheduled(region))
         if not last:  # the program's last region needs no barrier
             self.barrier()
 
     def barrier(self) -> None:
         b, g = self.barrier_sem, self.go_sem
-        for engine in WORKERS:
+        for engine in self.workers:
             self.new(engine, "nop", "barrier: arrive", signals=[b])
         self.new("sp", "sem_reset", "barrier: all arrived, semaphores back to 0", {"first": 0, "count": g},
-                 waits=[(b, len(WORKERS))], signals=[g])
-        for engine in WORKERS:
+                 waits=[(b, len(self.workers))], signals=[g])
+        for engine in self.workers:
             self.new(engine, "reg_op", "barrier: count", {"reg": BARRIER_REG, "a": BARRIER_REG, "op": "add",
                                                           "b": -1, "imm": 1})
             self.new(engine, "sem_wait", "barrier: leave", {"sem": g, "reg": BARRIER_REG, "imm": 0})
+
+    def engines_in(self, items: list) -> set[str]:
+        """The engines the instructions of these items' regions run on (after scheduling)."""
+        used: set[str] = set()
+        for item in items:
+            if isinstance(item, Region):
+                used.update(inst.engine for inst in self.scheduled(item))
+            else:
+                for part in _parts(item):
+                    used |= self.engines_in(part)
+        return used
 
     # constructs -----------------------------------------------------------------------------------------
     def items(self, items: list, depth: int) -> None:
@@ -122,34 +148,48 @@ class _Emitter:
                 self.switch(item, depth)
 
     def loop(self, loop: Loop, depth: int) -> None:
-        for engine in ENGINES:
+        """A counted loop. A worker with no instruction in the body skips it when the number of barriers the
+        loop passes is static: it adds that number to its barrier count and waits for the loop's last one."""
+        total = barriers(loop.body)
+        outer = self.workers
+        if total is not None:
+            used = self.engines_in(loop.body)
+            self.workers = tuple(e for e in outer if e in used)
+        for engine in self.streams:
             self.new(engine, "reg_set", f"{loop.name}: {loop.trips} trips", {"reg": depth, "value": loop.trips})
         top = self.reserve("loop")
-        self.mark(top)
+        self.mark(top, self.streams)
         self.items(loop.body, depth + 1)
-        for engine in ENGINES:
+        for engine in self.streams:
             self.new(engine, "loop", f"{loop.name}: next trip", {"reg": depth, "target": f"{top}_{engine}"})
+        for engine in [e for e in outer if e not in self.workers]:
+            assert total is not None
+            self.new(engine, "reg_op", f"{loop.name}: skipped, {total * loop.trips} barriers",
+                     {"reg": BARRIER_REG, "a": BARRIER_REG, "op": "add", "b": -1, "imm": total * loop.trips})
+            self.new(engine, "sem_wait", f"{loop.name}: wait for its end", {"sem": self.go_sem, "reg": BARRIER_REG,
+                                                                           "imm": 0})
+        self.workers = outer
 
     def while_(self, loop: While, depth: int) -> None:
         top, exit_ = self.reserve("while"), self.reserve("wend")
-        self.mark(top)
+        self.mark(top, self.streams)
         self.items(loop.cond, depth + 1)
         reg = 8 + depth
-        for engine in ENGINES:
+        for engine in self.streams:
             self.new(engine, "reg_load", f"{loop.name}: condition", {"reg": reg}).operands["src"] = loop.pred
             self.new(engine, "branch", f"{loop.name}: leave when false",
                      {"reg": reg, "cmp": "is_equal", "imm": 0, "target": f"{exit_}_{engine}"})
         self.items(loop.body, depth + 1)
-        for engine in ENGINES:
+        for engine in self.streams:
             self.new(engine, "jump", f"{loop.name}: next trip", {"target": f"{top}_{engine}"})
-        self.mark(exit_)
+        self.mark(exit_, self.streams)
 
     def switch(self, switch: Switch, depth: int) -> None:
         reg = 8 + depth
         n = len(switch.branches)
         arm = [self.reserve("arm") for _ in range(n)]
         end = self.reserve("send")
-        for engine in ENGINES:
+        for engine in self.streams:
             self.new(engine, "reg_load", f"{switch.name}: selector", {"reg": reg}).operands["src"] = switch.selector
             if switch.is_pred:  # branch 0 is the true computation
                 self.new(engine, "branch", f"{switch.name}: false", {"reg": reg, "cmp": "is_equal", "imm": 0,
@@ -162,11 +202,11 @@ class _Emitter:
         order = [first, *[i for i in range(n) if i != first]]
         for i in order:
             if i != first:
-                self.mark(arm[i])
+                self.mark(arm[i], self.streams)
             self.items(switch.branches[i], depth + 1)
-            for engine in ENGINES:
+            for engine in self.streams:
                 self.new(engine, "jump", f"{switch.name}: end", {"target": f"{end}_{engine}"})
-        self.mark(end)
+        self.mark(end, self.streams)
 
     # labels ---------------------------------------------------------------------------------------------
     def resolve(self) -> list[Instruction]:
@@ -187,6 +227,30 @@ class _Emitter:
         for engine, names in pending.items():
             result.extend(Instruction(engine, "nop", comment="label", label=name) for name in names)
         return result
+
+
+def _parts(item: Loop | While | Switch) -> list[list]:
+    if isinstance(item, Loop):
+        return [item.body]
+    if isinstance(item, While):
+        return [item.cond, item.body]
+    return list(item.branches)
+
+
+def barriers(items: list) -> int | None:
+    """How many barriers one run of these items passes; None when it depends on data (a while, a switch)."""
+    total = 0
+    for item in items:
+        if isinstance(item, Region):
+            total += 1
+        elif isinstance(item, Loop):
+            inner = barriers(item.body)
+            if inner is None:
+                return None
+            total += inner * item.trips
+        else:
+            return None
+    return total
 
 
 def schedule_structured(rec: ControlRecorder, ops: list[Instruction], target: Target, costs: CostModel,

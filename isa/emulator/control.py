@@ -24,7 +24,6 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import replace
 
 import numpy as np
 
@@ -193,7 +192,10 @@ class ControlScheduler(Scheduler):
         if cause is not None and self.now > earliest:
             self.timeline.stalls[stream.name][self.sem_source[cause]] += self.now - earliest
         stream.pending = True
-        dyn = replace(op, index=len(self.dynamic), waits=tuple((s, base[s] + v) for s, v in waits if v > 0))
+        dyn = object.__new__(Op)  # a copy of the decoded op (dataclasses.replace is 5x slower)
+        dyn.__dict__.update(op.__dict__)
+        dyn.index = len(self.dynamic)
+        dyn.waits = tuple((s, base[s] + v) for s, v in waits if v > 0)
         self.dynamic.append(dyn)
         self.timeline.start.append(math.nan)
         self.timeline.end.append(math.nan)
