@@ -394,14 +394,8 @@ def _reverse(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     return out
 
 
-def _while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
-    raise CompilationError(f"{inst.where()}: a while loop whose trip count is not a static one of at most 16 (the "
-                           "while_unroller unrolls those) is not supported: the ISA has no loop instruction")
-
-
 # opcode -> handler of an unfused instruction (op classes register their kernels here)
 KERNELS: dict[str, Handler] = {
-    "while": _while,
     "reverse": _reverse,
     "dot": anchored(plan_dot, dot_kernel, materializes=True),
     "fusion": _fusion,

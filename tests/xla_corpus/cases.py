@@ -517,3 +517,38 @@ def _ln(x, g, b):
     m = x.mean(-1, keepdims=True)
     v = ((x - m) ** 2).mean(-1, keepdims=True)
     return (x - m) * lax.rsqrt(v + 1e-5) * g + b
+
+
+# ---- control flow on the ISA's loops and branches (added at the end: the inputs of the cases above keep their
+# place in the random stream) ----
+
+
+@case("while_fori_1000", "while", "fori_loop with a static trip count of 1000 (one loop body on chip)", f32(2, 3))
+def _fori_1000(x):
+    return lax.fori_loop(0, 1000, lambda i, c: c * 0.999 + i.astype(jnp.float32) * 0.001, x)
+
+
+@case("while_doubling", "while", "while x < limit: x = x * 2 + 1 (s32, the limit an input)", np.int32(3),
+      np.int32(100000))
+def _doubling(x, limit):
+    return lax.while_loop(lambda c: c < limit, lambda c: c * 2 + 1, x)
+
+
+@case("while_multi", "while", "while sum(a) < 1000: a, b = a + b, 1.5 b (several carried tensors)",
+      f32(4, 6, scale=0.5), f32(4, 6, scale=0.5))
+def _while_multi(a, b):
+    def body(c):
+        return c[0] + jnp.abs(c[1]), c[1] * 1.5, c[2] + 1
+    return lax.while_loop(lambda c: jnp.sum(c[0]) < 1000.0, body, (a, b, jnp.int32(0)))
+
+
+@case("cond_matmul", "conditional", "lax.cond whose branches differ: a matmul, or tanh of a slice",
+      np.float32(-0.5), f32(8, 16), f32(16, 8))
+def _cond_matmul(t, x, w):
+    return lax.cond(t > 0, lambda x, w: x @ w, lambda x, w: jnp.tanh(x[:, :8]), x, w)
+
+
+@case("switch_matmul", "conditional", "lax.switch with a matmul branch, the index out of range",
+      np.int32(5), f32(8, 8))
+def _switch_matmul(i, x):
+    return lax.switch(i, [lambda v: v @ v, lambda v: jnp.exp(v), lambda v: v - 1], x)
