@@ -34,6 +34,7 @@ from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
+from backend.kernels.sort import lower_sort
 from backend.layout import View, isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Module
@@ -409,6 +410,7 @@ KERNELS: dict[str, Handler] = {
     "convolution": anchored(plan_conv, conv_kernel),
     "reduce-window": anchored(plan_pool, pool_kernel),
     "gather": anchored(plan_gather, gather_kernel),
+    "sort": lower_sort,
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {
