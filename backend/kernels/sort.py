@@ -32,11 +32,11 @@ from typing import Any
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
+from backend.fused import view_of
 from backend.kernels import expr
-from backend.kernels.evaluate import Temporaries, TileEvaluator, Tensor, dry_operand
+from backend.kernels.evaluate import Temporaries, Tensor, TileEvaluator, dry_operand
 from backend.kernels.expr import Node
 from backend.kernels.sort_compare import Comparator
-from backend.fused import view_of
 from backend.layout import View, isa_dtype_of, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Computation
