@@ -35,6 +35,7 @@ from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
 from backend.kernels.sort import lower_sort
+from backend.kernels.topk import lower_topk
 from backend.layout import View, isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Module
@@ -411,6 +412,7 @@ KERNELS: dict[str, Handler] = {
     "reduce-window": anchored(plan_pool, pool_kernel),
     "gather": anchored(plan_gather, gather_kernel),
     "sort": lower_sort,
+    "topk": lower_topk,
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {

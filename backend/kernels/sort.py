@@ -199,7 +199,7 @@ class SortKernel:
             else:
                 value = src
             if d.total_order:
-                _total_order_keys(b, bufs[at][0].flat(d.dtype, pw, N), value, f"{label} keys")
+                total_order_keys(b, bufs[at][0].flat(d.dtype, pw, N), value, f"{label} keys")
         cur = 0
         for s, j in sort_stages(N):
             for descending in (False, True) if s < N else (False,):
@@ -231,7 +231,7 @@ class SortKernel:
             b.select(view(i, 1 - cur, False), swap, hi, lo, f"{tag} lower {i}")
             b.select(view(i, 1 - cur, True), swap, lo, hi, f"{tag} upper {i}")
 
-def _total_order_keys(b: ProgramBuilder, dst: AccessPattern, value: AccessPattern, label: str) -> None:
+def total_order_keys(b: ProgramBuilder, dst: AccessPattern, value: AccessPattern, label: str) -> None:
     """dst (signed integers of the float's width) = the float bits of `value`, negative ones with their
     magnitude bits flipped: integers ordered as compare's type=TOTALORDER orders the floats."""
     bits = AccessPattern(value.memory, dst.dtype, value.offset, value.pattern, value.start_partition,

@@ -148,3 +148,29 @@ def test_sort_refuses_a_comparator_it_cannot_split():
         "  ROOT %r = pred[] compare(%u, %v), direction=LT, type=TOTALORDER\n")
     with pytest.raises(CompilationError, match="TOTALORDER"):
         compiler.compile(text, opt_level=2)
+
+
+def topk_text(dtype: str, dims: tuple[int, ...], k: int, largest: bool = True) -> str:
+    x = _shape(dtype, dims)
+    out = dims[:-1] + (k,)
+    v, i = _shape(dtype, out), _shape("s32", out)
+    flag = "true" if largest else "false"
+    return (f"HloModule topk\n\nENTRY %main {{\n  %x = {x} parameter(0)\n"
+            f"  %t = ({v}, {i}) topk(%x), k={k}, largest={flag}\n"
+            f"  %v = {v} get-tuple-element(%t), index=0\n  %i = {i} get-tuple-element(%t), index=1\n"
+            f"  ROOT %r = ({v}, {i}) tuple(%v, %i)\n}}\n")
+
+
+@pytest.mark.parametrize("dtype,dims,k", [("f32", (3, 17), 4), ("f32", (1,), 1), ("f32", (130, 9), 9),
+                                          ("bf16", (2, 5, 12), 3), ("s32", (4, 33), 10), ("u8", (3, 40), 5)])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_matches_the_interpreter(dtype, dims, k, largest):
+    x = _values(dtype, dims, seed=k + len(dims))
+    _check(topk_text(dtype, dims, k, largest), [x], levels=(0, 2) if dims == (3, 17) else (2,))
+
+
+def test_topk_long_rows_are_split_over_partitions():
+    x = _values("f32", (3, 5000), seed=11)
+    x[1, 4990:] = 9.0  # ties near the end of a row, in the last (partial) partition
+    x[2, :] = 1.5
+    _check(topk_text("f32", (3, 5000), 12), [x])
