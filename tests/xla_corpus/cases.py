@@ -517,3 +517,43 @@ def _ln(x, g, b):
     m = x.mean(-1, keepdims=True)
     v = ((x - m) ** 2).mean(-1, keepdims=True)
     return (x - m) * lax.rsqrt(v + 1e-5) * g + b
+
+
+# ---- sort, top-k and integer cumsum (more shapes) ----------------------------------------------------------
+
+_KEYS = np.array([[1.0, -0.0, np.nan, 2.0], [0.0, 1.0, 1.0, -np.inf], [1.0, -np.nan, 0.0, 2.0],
+                  [np.inf, 1.0, -0.0, 2.0], [1.0, 3.0, 0.0, np.nan]], np.float32)
+
+
+@case("sort_two_operands_axis0", "sort", "lax.sort of (f32 keys with NaN/-0/ties, s32 values) along the major "
+      "axis, num_keys=1", _KEYS, ints(np.int32, 5, 4))
+def _sort2(k, v):
+    return lax.sort((k, v), dimension=0, num_keys=1)
+
+
+@case("sort_descending", "sort", "jnp.sort / argsort descending along a non-minor dim of a 3-D array",
+      np.round(f32(3, 6, 5), 1))
+def _sortdesc(x):
+    return jnp.sort(x, axis=1, descending=True), jnp.argsort(x, axis=0, descending=True, stable=True)
+
+
+def _topk_rows() -> np.ndarray:
+    x = np.round(f32(5, 300), 1)
+    x[0, [3, 50, 299]] = [np.nan, -0.0, np.inf]
+    x[1, :] = 0.0
+    x[1, ::7] = -0.0
+    x[2, 100:120] = 9.0
+    return x
+
+
+@case("topk_k16", "topk", "lax.top_k with k=16 of 300-wide rows (NaN, -0 vs +0, ties) and k=10 of bf16 and s32",
+      _topk_rows(), f32(4, 40).astype(ml_dtypes.bfloat16), ints(np.int32, 2, 3, 50))
+def _topk16(x, y, n):
+    return lax.top_k(x, 16), lax.top_k(y, 10), lax.top_k(n, 10)
+
+
+@case("cumsum_int32", "reduce_window", "jnp.cumsum of s32 (wrapping) and RoBERTa's position ids "
+      "(cumsum(mask) * mask + padding_idx)", ints(np.int32, 3, 9, lo=-2**30, hi=2**30),
+      ints(np.int32, 2, 11, lo=0, hi=1))
+def _cumsum_i(x, mask):
+    return jnp.cumsum(x, axis=1, dtype=jnp.int32), jnp.cumsum(mask, axis=1, dtype=jnp.int32) * mask + 1
