@@ -32,8 +32,8 @@ from backend.kernels.conv import conv_kernel, plan_conv
 from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
-from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
+from backend.kernels.scan import plan_window, window_kernel
 from backend.kernels.sort import lower_sort
 from backend.kernels.topk import lower_topk
 from backend.layout import View, isa_dtype_of
@@ -409,7 +409,7 @@ KERNELS: dict[str, Handler] = {
     "concatenate": _concatenate,
     "pad": _pad,
     "convolution": anchored(plan_conv, conv_kernel),
-    "reduce-window": anchored(plan_pool, pool_kernel),
+    "reduce-window": anchored(plan_window, window_kernel),
     "gather": anchored(plan_gather, gather_kernel),
     "sort": lower_sort,
     "topk": lower_topk,
@@ -422,7 +422,7 @@ FUSION_KINDS: dict[str, FusionHandler] = {
 FUSION_ANCHORS: dict[str, FusionHandler] = {
     "dot": anchored_fusion("dot", plan_dot, dot_kernel, materializes=True),
     "convolution": anchored_fusion("convolution", plan_conv, conv_kernel),
-    "reduce-window": anchored_fusion("reduce-window", plan_pool, pool_kernel),
+    "reduce-window": anchored_fusion("reduce-window", plan_window, window_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
 
