@@ -144,14 +144,16 @@ class SortKernel:
                 memo[id(node)] = leaf(self.derived_at[d], sides[side])
             return _substitute(cmp.root, memo)
 
+        # the stability terms as 0.0/1.0 in f32 (exact): the vector engine computes them, GpSimd only the
+        # comparator's integer compares
         ix, iy = leaf(self.index, "X"), leaf(self.index, "Y")
-        lt_index = Node("is_lt", "pred", (ix, iy))
-        not_yx = expr.unary("not", less("Y", "X"), "pred")
-        before = Node("logical_or", "pred", (less("X", "Y"), Node("logical_and", "pred", (not_yx, lt_index))))
+        lt_index = Node("is_lt", "f32", (ix, iy))
+        not_yx = Node("is_equal", "f32", (less("Y", "X"), expr.scalar(0.0, "f32")))
+        before = Node("max", "f32", (less("X", "Y"), Node("multiply", "f32", (not_yx, lt_index))))
         if self.n == self.N:
             return before
-        both_real = Node("is_lt", "pred", (Node("max", "f32", (ix, iy)), expr.scalar(self.n, "f32")))
-        return Node("select", "pred", (both_real, before, lt_index))
+        both_real = Node("is_lt", "f32", (Node("max", "f32", (ix, iy)), expr.scalar(self.n, "f32")))
+        return Node("select", "f32", (both_real, before, lt_index))
 
     # -- emission -----------------------------------------------------------------------------------------------
     def run(self) -> None:
@@ -168,7 +170,7 @@ class SortKernel:
                                                                             self.side_leaves.values()}
                                                        ).run(self.root, dry_operand("T").ap))
         specs = [PoolSpec(f"a{i}", "sbuf", N * max(4, itemsize(self.dtypes[i])), 2) for i in self.carried]
-        specs += [PoolSpec("swap", "sbuf", half, 2)] + self.temps.specs()
+        specs += [PoolSpec("swap", "sbuf", half * 4, 2)] + self.temps.specs()
         if not b.alloc.fits(specs):
             raise CompilationError(f"{self.where}: a sort of {self.n} elements per row ({len(self.carried)} arrays "
                                    f"carried) does not fit in SBUF")
@@ -223,7 +225,7 @@ class SortKernel:
         x_upper = not descending  # ascending blocks: X is the upper element
         leaves = {id(node): Tensor(view(i, cur, (side == "X") == x_upper))
                   for (i, side), node in self.side_leaves.items()}
-        swap = pools["swap"].next().flat("pred", pw, pairs)
+        swap = pools["swap"].next().flat("f32", pw, pairs)
         tag = f"{label} s{s} j{j}{' desc' if descending else ''}"
         TileEvaluator(b, self.temps.store(), pw, pairs, leaves, label=tag).run(self.root, swap)
         for i in self.carried:
