@@ -70,9 +70,9 @@ class Comparator:
         self._memo: dict[int, Node] = {}
         self.root = self._pair(comp.root)
 
-    def fail(self, inst: Instruction, why: str) -> CompilationError:
-        return CompilationError(f"{self.where}: the sort comparator %{self.comp.name} ({inst.opcode} %{inst.name}) "
-                                f"{why}; not supported by the backend")
+    def why(self, inst: Instruction, what: str) -> str:
+        return (f"{self.where}: the sort comparator %{self.comp.name} ({inst.opcode} %{inst.name}) {what}; not "
+                "supported by the backend")
 
     # -- the pair expression --------------------------------------------------------------------------------
     def _pair(self, inst: Instruction) -> Node:
@@ -80,7 +80,7 @@ class Comparator:
             return self._memo[inst.uid]
         deps = self._deps[inst.uid]
         if inst.shape.is_tuple or inst.shape.rank:
-            raise self.fail(inst, "is not a scalar")
+            raise CompilationError(self.why(inst, "is not a scalar"))
         if not deps:
             node = expr.scalar(self._constant(inst), isa_dtype_of(inst), inst)
         elif len(deps) == 1:
@@ -89,7 +89,7 @@ class Comparator:
             x, y = (self._key_operand(o) for o in inst.operands)
             direction = str(inst.attrs.get("direction", ""))
             if direction not in expr.COMPARE_DIRECTIONS:
-                raise self.fail(inst, f"has the compare direction {direction!r}")
+                raise CompilationError(self.why(inst, f"has the compare direction {direction!r}"))
             node = Node(expr.COMPARE_DIRECTIONS[direction], "pred", (x, y), inst=inst)
         else:
             ops = [self._pair(o) for o in inst.operands]
@@ -106,7 +106,8 @@ class Comparator:
             key = total_order_key(np.asarray(inst.literal if inst.literal is not None else self._constant(inst)))
             return expr.scalar(float(key.reshape(-1)[0]), KEY_DTYPES[isa_dtype_of(inst)], inst)
         if len(deps) != 1:
-            raise self.fail(inst, "compares with type=TOTALORDER a value computed from several parameters")
+            raise CompilationError(self.why(inst, "compares with type=TOTALORDER a value computed from several "
+                                                  "parameters"))
         return self._leaf(inst, total_order=True)
 
     def _leaf(self, inst: Instruction, total_order: bool) -> Node:
@@ -120,7 +121,7 @@ class Comparator:
             value_dtype = isa_dtype_of(inst)
             dtype = KEY_DTYPES[value_dtype] if total_order else value_dtype
             if node is None and not total_order and value_dtype != self.dtypes[operand]:
-                raise self.fail(inst, "reads a parameter of another type than its operand")
+                raise CompilationError(self.why(inst, "reads a parameter of another type than its operand"))
             self._keys[key] = len(self.derived)
             self.derived.append(Derived(operand, node, source, total_order, dtype, value_dtype))
         index = self._keys[key]
@@ -138,7 +139,7 @@ class Comparator:
             elif not self._deps[i.uid]:
                 node = expr.scalar(self._constant(i), isa_dtype_of(i), i)
             elif i.opcode == "compare" and self._total_order(i):
-                raise self.fail(i, "compares with type=TOTALORDER inside a function of one parameter")
+                raise CompilationError(self.why(i, "compares with type=TOTALORDER inside a function of one parameter"))
             else:
                 node = self._elementwise(i, [build(o) for o in i.operands])
             memo[i.uid] = node
@@ -148,7 +149,7 @@ class Comparator:
 
     def _elementwise(self, inst: Instruction, ops: list[Node]) -> Node:
         if inst.opcode not in _ELEMENTWISE:
-            raise self.fail(inst, "has no elementwise mapping")
+            raise CompilationError(self.why(inst, "has no elementwise mapping"))
         return elementwise_node(inst, ops, isa_dtype_of(inst))
 
     def _constant(self, inst: Instruction) -> float:
@@ -156,7 +157,7 @@ class Comparator:
             return float(np.asarray(inst.literal).reshape(-1)[0])
         if inst.opcode in ("convert", "copy", "broadcast", "reshape") and inst.operands:
             return self._constant(inst.operands[0])
-        raise self.fail(inst, "is a constant expression the backend does not fold")
+        raise CompilationError(self.why(inst, "is a constant expression the backend does not fold"))
 
     def _canon(self, inst: Instruction) -> str:
         """A structural key of the expression of one parameter (the parameter itself is "P")."""

@@ -2,8 +2,8 @@
 
 ``while`` and ``conditional`` evaluate their computations as written; ``sort`` is a stable sort of each
 1-D slice along the sort dimension driven by the comparator (``cmp(a, b)`` says a goes before b);
-``topk`` orders by compare's TOTALORDER, largest first, ties by lower index (XLA's CPU TopK); shifts follow XLA: an amount outside
-0..bits-1 gives 0, or the sign for an arithmetic right shift.
+``topk`` orders by compare's TOTALORDER, largest first, ties by lower index (XLA's CPU TopK); shifts follow
+XLA: an amount outside 0..bits-1 gives 0, or the sign for an arithmetic right shift.
 """
 
 from __future__ import annotations
