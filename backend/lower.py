@@ -34,8 +34,10 @@ from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS
 from backend.kernels.indirect_ops import rows_or
-from backend.kernels.pool import plan_pool, pool_kernel
 from backend.kernels.reduce import reduce_kernel
+from backend.kernels.scan import plan_window, window_kernel
+from backend.kernels.sort import lower_sort
+from backend.kernels.topk import lower_topk
 from backend.layout import View, isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Module
@@ -403,9 +405,11 @@ KERNELS: dict[str, Handler] = {
     "concatenate": _concatenate,
     "pad": _pad,
     "convolution": anchored(plan_conv, conv_kernel),
-    "reduce-window": anchored(plan_pool, pool_kernel),
+    "reduce-window": anchored(plan_window, window_kernel),
     "gather": rows_or(anchored(plan_gather, gather_kernel)),  # several indexed dims: rows by indirect DMA
     **INDIRECT_HANDLERS,  # dynamic-slice, dynamic-update-slice, scatter: rows by indirect DMA
+    "sort": lower_sort,
+    "topk": lower_topk,
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {
@@ -415,7 +419,7 @@ FUSION_KINDS: dict[str, FusionHandler] = {
 FUSION_ANCHORS: dict[str, FusionHandler] = {
     "dot": anchored_fusion("dot", plan_dot, dot_kernel, materializes=True),
     "convolution": anchored_fusion("convolution", plan_conv, conv_kernel),
-    "reduce-window": anchored_fusion("reduce-window", plan_pool, pool_kernel),
+    "reduce-window": anchored_fusion("reduce-window", plan_window, window_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
 

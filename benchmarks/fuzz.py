@@ -5,12 +5,18 @@ trn2, run in checked mode and compared with the interpreter, eager torch and a f
 tests/fuzz/). Compile errors of op classes the backend does not support yet are counted apart from real
 failures. The first cases of each new failure signature are shrunk and saved as .hlo reproducers (default
 tests/regressions/, which tests/regressions/test_regressions.py runs). Prints a summary; --json writes it.
+
+``--per-opcode K`` runs the per-opcode fuzzer instead (tests/fuzz/opcodes.py): K cases of every opcode of the
+IR's table (or of ``--opcode`` ones), random shapes and element types, at -O0 and -O2 against the HLO
+interpreter; prints per opcode how many level runs matched, were refused (typed) or were wrong or crashed.
+Case i of an opcode is ``random.Random("S:OPCODE:i")``: ``--per-opcode 1 --opcode OP --start i`` replays it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import signal
 import sys
 import time
@@ -26,6 +32,8 @@ from tests.fuzz.choices import RandomChooser  # noqa: E402
 from tests.fuzz.generate import OP_CLASSES, GenConfig, generate  # noqa: E402
 from tests.fuzz.harness import ALL_CONFIGS, EXTRA_CONFIGS, SUPPORTED_CLASSES, Failure, run_case  # noqa: E402
 from tests.fuzz.minimize import drop_unused_parameters, same_failure, save_reproducer, shrink  # noqa: E402
+from tests.fuzz.opcodes import GENERATORS, OPCODES, opcode_case, run_opcode_case  # noqa: E402
+from tests.fuzz.opcodes import OUTCOMES as OPCODE_OUTCOMES  # noqa: E402
 
 
 class CaseTimeout(BaseException):
@@ -55,7 +63,9 @@ class Campaign:
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--n", type=int, required=True, help="number of cases")
+    p.add_argument("--n", type=int, help="number of cases")
+    p.add_argument("--per-opcode", type=int, metavar="K", help="per-opcode mode: K cases of every opcode")
+    p.add_argument("--opcode", nargs="+", help="per-opcode mode: only these opcodes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--start", type=int, default=0, help="first case index (to resume a campaign)")
     p.add_argument("--ops", nargs="+", default=["all"], metavar="CLASS",
@@ -195,8 +205,55 @@ def summary(campaign: Campaign, args: argparse.Namespace, seconds: float) -> str
     return "\n".join(lines)
 
 
+def run_per_opcode(args: argparse.Namespace) -> tuple[dict[str, dict], str]:
+    """The per-opcode campaign: per opcode, counts of outcomes over its cases x levels, and the first
+    non-ok detail of each outcome."""
+    opcodes = args.opcode or list(OPCODES)
+    unknown = [o for o in opcodes if o not in GENERATORS]
+    if unknown:
+        raise SystemExit(f"fuzz.py: no generator for {', '.join(unknown)}; known: {' '.join(OPCODES)}")
+    table: dict[str, dict] = {}
+    signal.signal(signal.SIGALRM, _on_alarm)
+    for op in opcodes:
+        row: dict = {o: 0 for o in OPCODE_OUTCOMES} | {"examples": {}}
+        for i in range(args.start, args.start + args.per_opcode):
+            signal.alarm(args.timeout)
+            try:
+                results = run_opcode_case(opcode_case(op, random.Random(f"{args.seed}:{op}:{i}"))).items()
+            except CaseTimeout:
+                results = [(-1, ("crash", f"timeout after {args.timeout} s"))]
+            except Exception as e:  # noqa: BLE001 - a fuzzer error is reported, the campaign goes on
+                results = [(-1, ("crash", f"fuzzer: {type(e).__name__}: {e}".splitlines()[0]))]
+            finally:
+                signal.alarm(0)
+            for level, (outcome, detail) in results:
+                row[outcome] += 1
+                if outcome != "ok":
+                    row["examples"].setdefault(outcome, f"case {i} -O{level}: {detail}"[:240])
+        table[op] = row
+        print(f"{op:24s} " + " ".join(f"{o} {row[o]:3d}" for o in OPCODE_OUTCOMES), flush=True)
+    lines = [f"per-opcode fuzz: seed {args.seed}, {args.per_opcode} cases per opcode at -O0 and -O2 "
+             f"(counts are level runs)", f"{'opcode':24s} " + " ".join(f"{o:>8s}" for o in OPCODE_OUTCOMES)]
+    for op, row in table.items():
+        lines.append(f"{op:24s} " + " ".join(f"{row[o]:8d}" for o in OPCODE_OUTCOMES))
+    totals = {o: sum(r[o] for r in table.values()) for o in OPCODE_OUTCOMES}
+    lines.append(f"{'TOTAL':24s} " + " ".join(f"{totals[o]:8d}" for o in OPCODE_OUTCOMES))
+    for op, row in table.items():
+        for outcome, example in row["examples"].items():
+            lines.append(f"  {op} {outcome}: {example}")
+    return table, "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
+    if args.per_opcode:
+        table, text = run_per_opcode(args)
+        print(text)
+        if args.json:
+            Path(args.json).write_text(json.dumps(table, indent=2))
+        return 0 if all(r["mismatch"] == 0 and r["crash"] == 0 for r in table.values()) else 1
+    if args.n is None:
+        raise SystemExit("fuzz.py: give --n N (or --per-opcode K)")
     args.configs = ALL_CONFIGS + (EXTRA_CONFIGS if args.extra_configs else ())
     t0 = time.monotonic()
     campaign = run(args)

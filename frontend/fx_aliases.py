@@ -237,6 +237,15 @@ def _flatten(x: Any, start_dim: int = 0, end_dim: int = -1) -> tuple[tuple, dict
     return (x, start_dim, end_dim), {}
 
 
+def _sort_overload(packet: str) -> Callable[..., str]:
+    """torch.sort / argsort: the .stable overload when `stable` is given (its schema takes it)."""
+    return lambda *args, **kwargs: f"aten.{packet}.{'stable' if 'stable' in kwargs else 'default'}"
+
+
+def _sort_args(x: Any, dim: int = -1, descending: bool = False, **kwargs: Any) -> tuple[tuple, dict]:
+    return (x,), {"dim": dim, "descending": descending, **kwargs}
+
+
 # torch.* / F.* / operator.* -> (ATen overload or overload picker, adapter).
 FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     operator.add: ("aten.add.Tensor", _same),
@@ -288,6 +297,8 @@ FUNCTIONS: dict[Any, tuple[OpName, Adapter]] = {
     torch.split: ("aten.split.Tensor", lambda x, sizes, dim=0: ((x, sizes, dim), {})),
     torch.pow: (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     torch.einsum: ("aten.einsum.default", _einsum),
+    torch.sort: (_sort_overload("sort"), _sort_args),
+    torch.argsort: (_sort_overload("argsort"), _sort_args),
     torch.clamp: (_clamp_overload, _same),
     torch.lstm: ("aten.lstm.input", _same),
     torch.gru: ("aten.gru.input", _same),
@@ -376,6 +387,8 @@ METHODS: dict[str, tuple[OpName, Adapter]] = {
     "mean": ("aten.mean.dim", _dims_method),
     "prod": (_overload("aten.prod.default", "aten.prod.dim_int"), _reduce_dim),
     "max": (_overload("aten.max.default", "aten.max.dim", "aten.maximum.default"), _reduce_dim),
+    "sort": (_sort_overload("sort"), _sort_args),
+    "argsort": (_sort_overload("argsort"), _sort_args),
     "min": (_overload("aten.min.default", "aten.min.dim", "aten.minimum.default"), _reduce_dim),
     "any": (_overload("aten.any.default", "aten.any.dim"), _reduce_dim),
     "all": (_overload("aten.all.default", "aten.all.dim"), _reduce_dim),

@@ -37,6 +37,7 @@ from . import (
     ops_resize,
     ops_rnn,
     ops_shape,
+    ops_sort,
     ops_update,
 )
 from .builder import HloBuilder, hlo_dtype, tensor_to_numpy
@@ -48,7 +49,7 @@ Rule = Callable[..., Any]
 def _build_table() -> dict[str, Rule]:
     table: dict[str, Rule] = {}
     for mod in (ops_elementwise, ops_activation, ops_shape, ops_create, ops_index, ops_linalg, ops_conv, ops_reduce,
-                ops_norm, ops_fused, ops_resize, ops_update, ops_rnn):
+                ops_norm, ops_fused, ops_resize, ops_update, ops_rnn, ops_sort):
         for name, rule in mod.RULES.items():
             if name in table:
                 raise RuntimeError(f"two lowering rules for {name}")

@@ -18,8 +18,11 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
+from backend.kernels import integer
 from backend.kernels.conv_epilogue import Epilogue, is_bare, view_leaves, with_views
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.expr import Node
@@ -29,6 +32,7 @@ from hlo.ir import Computation, WindowDim
 from hlo.ir import Instruction as HloInstruction
 from hlo.shape_util import ShapeInferenceError
 from hlo.shape_window import window_of, window_output_size
+from isa.dtypes import dtype as isa_dtype
 from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 
@@ -68,6 +72,15 @@ def _reducer(comp: object, where: str) -> tuple[str, float]:
                            f"{', '.join(REDUCERS)} of their two parameters")
 
 
+def reducer_identity(op: str, dtype: str) -> float:
+    """The reducer's identity in `dtype` (integers: the type's range for max/min)."""
+    if integer.is_integer(dtype) and op in ("max", "min"):
+        np_dtype = isa_dtype(dtype).numpy
+        lo, hi = (0, 1) if np_dtype.kind == "b" else (int(np.iinfo(np_dtype).min), int(np.iinfo(np_dtype).max))
+        return float(lo if op == "max" else hi)
+    return {"add": 0.0, "multiply": 1.0, "max": float("-inf"), "min": float("inf")}[op]
+
+
 def _trivial(w: WindowDim) -> bool:
     return w.size == 1 and w.stride == 1 and w.pad_low == 0 and w.pad_high == 0 and w.lhs_dilate == 1
 
@@ -82,8 +95,9 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
     init_value = init.scalar_value()
     if init_value is None:
         raise CompilationError(f"{where}: reduce-window needs a constant init value")
-    if x.dtype not in ("f32", "bf16", "f16"):
+    if x.dtype not in ("f32", "bf16", "f16") and not integer.is_integer(x.dtype):
         raise CompilationError(f"{where}: reduce-window over {x.dtype} is not supported by the backend")
+    identity = reducer_identity(op, x.dtype)  # integers: exact on GpSimd (integer mode), in the operand's type
     if any(w.lhs_dilate != 1 for w in window.dims):
         raise CompilationError(f"{where}: base dilation (lhs_dilate) is not supported by the backend")
     windowed = [a for a, w in enumerate(window.dims) if not _trivial(w)]
@@ -133,6 +147,7 @@ class _PoolKernel:
         self.nt = x.rank - 2
         self.P, self.H, self.W = x.dims[self.nt - 1:]
         self.casting = x.cast is not None
+        self.exact = integer.is_integer(x.dtype)  # integers: every step on GpSimd in integer mode
         self.direct = is_bare(plan.epilogue)  # nothing to evaluate: accumulate straight into the output tile
         # few channels: groups of output rows side by side on the partitions (group k on partitions
         # [k * P, (k + 1) * P), its virtual input rows `shift` further down); results stored per group
@@ -236,9 +251,10 @@ class _PoolKernel:
         pw = pw_in * self.groups
         f0, fw = blk.r0 * cols.out + blk.c0, blk.nr * blk.nc
         label = f"{plan.name} p{p0} f{f0}"
-        acc_dtype = plan.out.dtype if self.direct else "f32"
+        acc_dtype = plan.out.dtype if self.direct else self.x.dtype if self.exact else "f32"
         acc_tile = self.epilogue.out_buffer() if self.direct else self.pools["acc"].next()
-        engine = b.pick_engine(("dve", "pool"))
+        engine = "pool" if self.exact else b.pick_engine(("dve", "pool"))
+        math = {"math": "int"} if self.exact else {}
         taps = [(kh, kw) for kh in range(rows.taps) for kw in range(cols.taps)]
         full = next(((kh, kw) for kh, kw in taps if cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc)),
                     None)
@@ -255,7 +271,8 @@ class _PoolKernel:
 
         whole = acc_tile.flat(acc_dtype, pw, fw)
         every = all(cols.valid(kw, blk.c0, blk.nc) == (blk.c0, blk.c0 + blk.nc) for kw in range(cols.taps))
-        if every and plan.op in REDUCE_OPS and fw * len(taps) <= b.target.data["stream"]["max_free_sbuf"]:
+        if every and plan.op in REDUCE_OPS and fw * len(taps) <= b.target.data["stream"]["max_free_sbuf"] \
+                and not self.exact:
             self._reduce_taps(tile, band, blk, whole, label)
             engine = "dve"
         elif full is None:
@@ -263,13 +280,14 @@ class _PoolKernel:
         else:
             dst, src = views(*full)
             b.emit(engine, "tensor_copy", f"{label} tap{full}", dst=dst, src=src)
-        for kh, kw in taps if not every or plan.op not in REDUCE_OPS else ():
+        for kh, kw in taps if not every or plan.op not in REDUCE_OPS or self.exact else ():
             pair = views(kh, kw) if (kh, kw) != full else None
             if pair is not None:
-                b.emit(engine, "tensor_tensor", f"{label} tap({kh}, {kw})", {"op": plan.op},
+                b.emit(engine, "tensor_tensor", f"{label} tap({kh}, {kw})", {"op": plan.op, **math},
                        dst=pair[0], a=pair[0], b=pair[1])
         if plan.init != plan.identity:
-            b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": plan.init}, dst=whole, src=whole)
+            b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": plan.init, **math}, dst=whole,
+                   src=whole)
         if self.direct:
             for k in range(self.groups):  # each row group's outputs that exist
                 r0 = k * rows.out + blk.r0

@@ -2,8 +2,8 @@
 
 ``while`` and ``conditional`` evaluate their computations as written; ``sort`` is a stable sort of each
 1-D slice along the sort dimension driven by the comparator (``cmp(a, b)`` says a goes before b);
-``topk`` orders by value, largest first, ties by lower index; shifts follow XLA: an amount outside
-0..bits-1 gives 0, or the sign for an arithmetic right shift.
+``topk`` orders by compare's TOTALORDER, largest first, ties by lower index (XLA's CPU TopK); shifts follow
+XLA: an amount outside 0..bits-1 gives 0, or the sign for an arithmetic right shift.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from hlo.interpreter.core import EvaluationError, Op, Value, call
+from hlo.interpreter.elementwise import total_order_key
 from hlo.ir import Instruction
 from hlo.shape_control import branches
 
@@ -64,13 +65,12 @@ def _sort(inst: Instruction, ops: list) -> Value:
 
 
 def _topk(inst: Instruction, ops: list) -> Value:
+    """XLA's TopK: by compare's TOTALORDER (+NaN first, -0 after +0, -NaN last), ties by lower index."""
     x = ops[0]
     k = int(inst.attrs["k"])
     largest = str(inst.attrs.get("largest", "true")).lower() != "false"
-    key = x.astype(np.float64) if x.dtype.kind == "f" or x.dtype.kind == "V" else x.astype(np.int64)
+    key = total_order_key(x)
     key = -key if largest else key
-    if key.dtype.kind == "f":
-        key = np.where(np.isnan(key), -np.inf if largest else np.inf, key)  # NaN first, as the greatest
     idx = np.argsort(key, axis=-1, kind="stable")[..., :k]
     return np.take_along_axis(x, idx, axis=-1), idx.astype(np.int32)
 

@@ -161,7 +161,7 @@ def test_errors_name_the_place():
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[2] negate(%x %x)\n}\n")
     with pytest.raises(VerificationError, match=r"%y \(negate\): the shape is declared f32\[3\]"):
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[3] negate(%x)\n}\n")
-    with pytest.raises(CompilationError, match=r"%t \(topk\): op topk is not supported by the backend"):
+    with pytest.raises(CompilationError, match=r"%t \(compare\): a float compare with type=TOTALORDER is not "
+                                               "supported by the backend"):
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n"
-                         "  %t = (f32[1], s32[1]) topk(%x), k=1\n"
-                         "  ROOT %s = f32[1] get-tuple-element(%t), index=0\n}\n")
+                         "  ROOT %t = pred[2] compare(%x, %x), direction=LT, type=TOTALORDER\n}\n")

@@ -1,6 +1,7 @@
 """Writes the XLA conformance corpus: HLO text written by XLA itself, with inputs and jax's outputs.
 
     PYTHONPATH=$PWD .venv/bin/python -m tests.xla_corpus.generate        # needs the dev extra (jax[cpu])
+    PYTHONPATH=$PWD .venv/bin/python -m tests.xla_corpus.generate NAME...   # only these cases (new ones)
 
 For every case in ``cases.py``: ``jax.jit(f).lower(*args).compiler_ir('hlo').as_hlo_text()`` goes to
 ``cases/<name>.hlo`` and the arguments (``in0, in1, ...``) and jax's results on CPU (``out0, out1, ...``) to
@@ -28,14 +29,21 @@ def _flatten(value) -> list[np.ndarray]:
     return [np.asarray(value)]
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    only = set(sys.argv[1:] if argv is None else argv)
+    unknown = only - {c.name for c in CASES}
+    if unknown:
+        print(f"unknown cases: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 1
     jax.config.update("jax_platforms", "cpu")
     CASES_DIR.mkdir(parents=True, exist_ok=True)
     known = set()
-    manifest = {}
+    manifest = json.loads(MANIFEST.read_text()) if only and MANIFEST.exists() else {}
     for case in CASES:
-        assert case.name not in manifest, case.name
+        assert case.name not in known, case.name
         known.add(case.name)
+        if only and case.name not in only:
+            continue
         manifest[case.name] = {"family": case.family, "doc": case.doc}
         args = case.make_args()
         text = jax.jit(case.fn).lower(*args).compiler_ir("hlo").as_hlo_text()
@@ -51,6 +59,9 @@ def main() -> int:
                 print(f"{p.name}: {p.stat().st_size} bytes, over {MAX_BYTES}", file=sys.stderr)
                 return 1
     MANIFEST.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    if only:
+        print(f"{len(only)} cases written to {CASES_DIR}")
+        return 0
     for stale in CASES_DIR.iterdir():
         if stale.suffix in (".hlo", ".npz") and stale.stem not in known:
             stale.unlink()

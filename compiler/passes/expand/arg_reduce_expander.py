@@ -8,7 +8,10 @@ operand is an iota along the reduced dimension (floats or integers) becomes::
     hit = or(compare(x, broadcast(m), EQ), compare(x, x, NE))      where the extreme (or a NaN) is
     i   = convert_s32(reduce(select(hit, convert_f32(index), +inf), +inf), to_apply=minimum)
 
-which the backend lowers with its row reductions (indices below 2^24 are exact in fp32). The comparator is
+which the backend lowers with its row reductions (indices below 2^24 are exact in fp32). A variadic reduce
+whose comparator combines each operand with its own accumulator only (output i = add/maximum/minimum/
+multiply/and/or of parameters i and n + i) becomes n plain reduces. Any other variadic reduce stays as it is
+(the backend refuses it with a typed error). The comparator is
 recognized by what it computes, not by its text: it is evaluated on probe values (infinities, NaN, ties) and
 must agree with argmax or argmin on every one. The init values must be the reduction's identity (-inf/+inf, or
 the integer type's extremes) and index 0.
@@ -77,6 +80,27 @@ def comparator_kind(comp: Computation, dtype: str) -> str | None:
     return None
 
 
+_COMBINERS = ("add", "maximum", "minimum", "multiply", "and", "or")
+
+
+def _independent_reducers(red: Instruction) -> list[str] | None:
+    """The combiner of every operand when the comparator's output i is a combiner of its parameters i and
+    n + i only (a tuple of independent reductions), else None."""
+    comp = red.attrs.get("to_apply")
+    n = len(red.operands) // 2
+    if not isinstance(comp, Computation) or comp.root is None or comp.root.opcode != "tuple" or \
+            len(comp.root.operands) != n:
+        return None
+    params = {p.parameter_number: p for p in comp.parameters}
+    ops = []
+    for i, out in enumerate(comp.root.operands):
+        if out.opcode not in _COMBINERS or {o.uid for o in out.operands} != {params[i].uid, params[n + i].uid} \
+                or len(out.operands) != 2:
+            return None
+        ops.append(out.opcode)
+    return ops
+
+
 def _is_iota_along(inst: Instruction, dim: int) -> bool:
     if inst.opcode == "iota":
         return inst.attrs.get("iota_dimension") == dim
@@ -104,7 +128,30 @@ class ArgReduceExpander(HloPass):
                 if kind is not None:
                     self._rewrite(module, comp, red, kind)
                     changed = True
+            for red in [i for i in comp.instructions if i.opcode == "reduce" and len(i.operands) >= 4]:
+                ops = _independent_reducers(red)
+                if ops is not None:
+                    self._split(module, comp, red, ops)
+                    changed = True
         return changed
+
+    def _split(self, module: Module, comp: Computation, red: Instruction, ops: list[str]) -> None:
+        n = len(ops)
+        parts = []
+        for i, op in enumerate(ops):
+            x, init = red.operands[i], red.operands[n + i]
+            shape = red.shape.tuple_shapes[i]
+            parts.append(new_instruction(module, "reduce", shape, [x, init],
+                                         {"dimensions": tuple(red.attrs.get("dimensions", ())),
+                                          "to_apply": self._reducer(module, op, shape.dtype)}, red.metadata,
+                                         name=f"{red.name}.{i}"))
+        result = new_instruction(module, "tuple", red.shape, parts, {}, red.metadata, name=f"{red.name}.tuple")
+        at = comp.instructions.index(red)
+        comp.instructions[at:at + 1] = parts + [result]
+        comp.replace_all_uses(red, result)
+        for user in [u for u in comp.instructions if u.opcode == "get-tuple-element" and u.operands == [result]]:
+            comp.replace_all_uses(user, result.operands[user.attrs["index"]])
+            comp.remove(user)
 
     @staticmethod
     def _match(red: Instruction) -> str | None:
