@@ -398,6 +398,8 @@ METHODS: dict[str, tuple[OpName, Adapter]] = {
     "clamp": (_clamp_overload, _same),
     "norm": ("aten.linalg_vector_norm.default", _norm),
     "masked_fill": ("aten.masked_fill.Scalar", _same),
+    "scatter": (lambda x, dim, index, src, **k: f"aten.scatter.{'src' if isinstance(src, fx.Node) else 'value'}",
+                _same),
     "pow": (_by_operand("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Scalar"), _same),
     "amax": ("aten.amax.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
     "amin": ("aten.amin.default", lambda x, dim=(), keepdim=False: ((x, dim, keepdim), {})),
