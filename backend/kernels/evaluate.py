@@ -231,6 +231,8 @@ class TileEvaluator:
             result = Tensor(self.acc)
         elif kind == "S":
             result = Scalar(self._fold(node))
+        elif self._narrowing(node):
+            result = self._eval_narrowed(node, dst)
         else:
             act = None if op == "iota" or op in REDUCE_OPS or integer.is_int_node(node) else self._match_act(node)
             operands = list(node.inputs)
@@ -256,6 +258,26 @@ class TileEvaluator:
             result = Tensor(out) if kind == "T" else PVec(out)
         self._memo[key] = result
         return result
+
+    def _narrowing(self, node: Node) -> bool:
+        """A float convert of an fp32 value only it uses, computed by an instruction: that instruction
+        writes the converted type itself (engines compute in fp32 and round on the write, as the
+        convert would), so the convert costs no pass of its own."""
+        if node.op not in ("convert", "copy"):
+            return False
+        (src,) = node.inputs
+        return (src.dtype == "f32" and not integer.is_integer(node.dtype) and self._absorbable(src)
+                and not integer.is_int_node(node) and self._kind[id(src)] == self._kind[id(node)])
+
+    def _eval_narrowed(self, node: Node, dst: AccessPattern | None) -> Operand:
+        kind = self._kind[id(node)]
+        (src,) = node.inputs
+        out = dst if dst is not None and (dst.free_size == 1) == (kind == "V") else self._new(node, kind)
+        inner = self._eval(src, out)
+        if not (isinstance(inner, Tensor | PVec) and inner.ap is out):  # src ignored the destination
+            self._materialize(inner, out)
+        self._consume(node)
+        return Tensor(out) if kind == "T" else PVec(out)
 
     def _fold(self, node: Node) -> float:
         if node.op == "scalar":
