@@ -12,7 +12,7 @@ from torch import nn
 import compiler
 from backend.options import BackendOptions
 from isa.emulator.timing import contiguous_runs
-from tests.backend.util import BF16, TOL, dot_text, layer_computation, rand, run_hlo
+from tests.backend.util import BF16, TOL, bf16_round, body_module, dot_text, layer_computation, rand, run_hlo
 from tests.conftest import assert_close
 from tests.frontend.zoo import CausalSelfAttention
 
@@ -119,3 +119,41 @@ def test_attention_heads_loaded_once_mask_in_psum(auto_cast, heads):
     assert not any("causal mask" in i.comment and i.opcode == "affine_select" for i in insts)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
+
+
+def test_narrowing_convert_is_written_by_its_producer():
+    """convert(bf16) of an fp32 value only it uses costs no pass: the instruction computing the value writes
+    bf16 itself (engines compute in fp32 and round on the write, as the convert would)."""
+    params = [("x", "f32[256,384]"), ("y", "f32[256,384]")]
+    body = """
+  %m = f32[256,384] multiply(%x, %y)
+  %a = f32[256,384] add(%m, %x)
+  %t = f32[256,384] tanh(%a)
+  %c = bf16[256,384] convert(%t)
+"""
+    x, y = rand(256, 384, seed=1), rand(256, 384, seed=2)
+    (out,), result = run_hlo(body_module(params, body, "bf16[256,384]", fused="kLoop"), [x, y])
+    assert out.dtype == BF16
+    np.testing.assert_allclose(out.astype(np.float32), bf16_round(np.tanh(x * y + x)), rtol=8e-3, atol=8e-3)
+    insts = [i for i in result.program.instructions if i.engine in ("act", "dve", "pool")]
+    assert not any(i.comment.endswith(" convert") for i in insts)
+    assert any(i.operands["dst"].dtype == "bf16" and i.opcode == "activation" for i in insts)  # tanh writes bf16
+
+
+def test_weight_dmas_keep_whole_runs_per_partition():
+    """Large weight loads are split across the queues by partitions, never inside a partition's run (a
+    moving block of K = 768 is 6 KiB per partition: cut into 2 KiB pieces it paid the descriptor overhead
+    three times)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(768, 2048), nn.GELU(), nn.Linear(2048, 768)).eval()
+    x = torch.randn(1, 128, 768)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    consts = {name for name, t in exe.program.tensors.items() if t.kind == "const"}
+    reads = [i for i in exe.program.instructions if i.opcode == "dma" and i.operands["src"].tensor in consts
+             and i.operands["src"].nbytes >= 64 * 1024 // 4]
+    assert reads
+    for inst in reads:
+        dst = inst.operands["dst"]
+        assert contiguous_runs(dst) == dst.partitions, inst.comment
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
