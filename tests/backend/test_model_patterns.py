@@ -174,3 +174,20 @@ def test_patch_embedding_casts_whole_rows():
     assert casts and all(i.operands["dst"].partitions >= 64 for i in casts)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "bf16")
+
+
+def test_transposing_loads_read_resident_rows_in_place():
+    """A layer norm's output kept on chip (rows on partitions) feeds a matmul that needs it K-major: PE
+    transposes its SBUF image in place; no on-chip DMA copies the rows first (such a copy holds a DMA
+    queue as long as an HBM load of the same bytes)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(384), nn.Linear(384, 512), nn.ReLU(), nn.Linear(512, 384)).eval()
+    x = torch.randn(1, 256, 384)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    insts = exe.program.instructions
+    assert any(i.opcode in ("transpose", "multiply_moving") and "transpose" in i.comment for i in insts)
+    on_chip_rows = [i.comment for i in insts if i.opcode == "dma" and "load rows" in i.comment
+                    and "hbm" not in (i.operands["src"].memory, i.operands["dst"].memory)]
+    assert not on_chip_rows
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
