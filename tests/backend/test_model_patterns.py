@@ -191,3 +191,28 @@ def test_transposing_loads_read_resident_rows_in_place():
     assert not on_chip_rows
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "bf16")
+
+
+class SwiGLU(nn.Module):
+    """Llama's MLP as HF writes it: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def test_swiglu_inputs_stored_as_its_product():
+    """silu(gate) * up is stored K-major for the down projection; its inputs (the gate and up projections)
+    are stored in the same order, so the product reads whole rows instead of 4-byte transposing runs."""
+    torch.manual_seed(0)
+    model = SwiGLU(256, 1024).eval()
+    x = torch.randn(1, 128, 256)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    assert not small_runs(exe)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
