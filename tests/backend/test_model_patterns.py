@@ -216,3 +216,30 @@ def test_swiglu_inputs_stored_as_its_product():
     assert not small_runs(exe)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "bf16")
+
+
+class RMSNorm(nn.Module):
+    """HF's LlamaRMSNorm: the statistic keeps its dim (mean(-1, keepdim=True))."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d) * 0.1 + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + 1e-5))
+
+
+def test_rmsnorm_with_keepdim_is_one_row_kernel():
+    """The keepdim reshape after the mean sinks to the statistic's broadcast back, so RMSNorm (statistic,
+    rsqrt, normalize, weight) is one row kernel; it was three, the last reading the input with 4-byte
+    transposing runs to write it K-major for the matmul after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(RMSNorm(512), nn.Linear(512, 1024, bias=False)).eval()
+    x = torch.randn(1, 128, 512)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    fusions = [line for line in exe.hlo.splitlines() if " fusion(" in line]
+    assert len(fusions) == 1 and "kind=kInput" in fusions[0]
+    assert not small_runs(exe)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
