@@ -23,7 +23,7 @@ from isa.instructions import DMA_OPCODES, indirect_side, start_partition_allowed
 from isa.program import AccessPattern, Instruction, Program
 from isa.target import Target
 
-PARTITION_GROUPS = (128, 64, 32)  # partition counts a DMA chunk may have (start-partition rule)
+PARTITION_GROUPS = (128, 64, 32, 16, 8, 4, 2, 1)  # partition counts of a DMA chunk (DMA has no start-partition rule)
 
 
 class ProgramBuilder:
@@ -245,7 +245,7 @@ class ProgramBuilder:
 
     # -- DMA --------------------------------------------------------------------------------------------------
     def dma(self, dst: AccessPattern, src: AccessPattern, comment: str = "", split: int | None = None,
-            min_run: int = 2048) -> None:
+            min_run: int = 8192) -> None:
         """Copy src to dst, split into transfers of about `split` bytes (default: the option) when large,
         keeping contiguous runs of at least `min_run` bytes per partition (smaller runs pay the DMA
         descriptor overhead); the scheduler spreads them over the queues."""
@@ -255,7 +255,7 @@ class ProgramBuilder:
         group = dst.partitions
         if dst.nbytes > limit and dst.partitions > 32:
             want = max(1, limit // max(1, per_partition))
-            group = next((g for g in PARTITION_GROUPS if g <= want), 32)
+            group = next((g for g in PARTITION_GROUPS if g <= want), 1)
         for p0 in range(0, dst.partitions, group):
             pn = min(group, dst.partitions - p0)
             d, s = _sub_partitions(dst, p0, pn), _sub_partitions(src, p0, pn)

@@ -116,7 +116,7 @@ class Lowering:
             return dest
         return self.b.scratch(isa_dtype_of(inst), inst.shape.dims, self._storage_order(inst), label=inst.name)
 
-    def _storage_order(self, inst: Instruction) -> tuple[int, ...]:
+    def _storage_order(self, inst: Instruction, depth: int = 0) -> tuple[int, ...]:
         """The order (major to minor) a kernel stores its value in, chosen for the consumers:
         - a value whose only user is a transpose is stored transposed (the transpose, and a reshape
           after it, are then free views: e.g. attention heads back to [tokens, features]);
@@ -150,6 +150,27 @@ class Lowering:
                     self.b.layout_notes.append(f"%{inst.name}: stored K-major (contracted axis {rank - 1} on "
                                                f"partitions for %{user.name})")
                     return batch + (rank - 1,) + tuple(d for d in range(rank - 1) if d not in batch)
+        return self._order_of_elementwise_users(inst, depth) or order
+
+    def _order_of_elementwise_users(self, inst: Instruction, depth: int) -> tuple[int, ...] | None:
+        """The order every user stores in when all of them are elementwise kernels of `inst`'s shape
+        storing in one non-row-major order (SwiGLU's silu(gate) * up, stored K-major for the down
+        projection: its inputs stored the same way are read in whole rows, not 4-byte transposing runs)."""
+        users = self.users.get(inst, [])
+        if depth >= 3 or not users or inst is self.entry.root or not _writes_any_layout_or_dot(inst):
+            return None
+        orders = set()
+        for user in users:
+            if (user.shape.dims != inst.shape.dims or _reduces_rows(user) or user.opcode == "dot"
+                    or not _writes_any_layout(user)):
+                return None
+            notes = len(self.b.layout_notes)
+            orders.add(self._storage_order(user, depth + 1))
+            del self.b.layout_notes[notes:]  # the user notes its own order when it is lowered
+        order = orders.pop() if len(orders) == 1 else None
+        if order is None or order == tuple(range(inst.shape.rank)):
+            return None
+        self.b.layout_notes.append(f"%{inst.name}: stored in the order {list(order)} of its elementwise users")
         return order
 
     # -- instructions -----------------------------------------------------------------------------------------
@@ -433,6 +454,15 @@ def _writes_any_layout(inst: Instruction) -> bool:
     return (inst.attrs.get("kind") == "kCustom" or isinstance(comp, Computation)
             and not any(sub.opcode in KERNELS or sub.opcode in FUSION_ANCHORS for sub in comp.instructions
                         if sub.opcode not in ("reduce", "concatenate", "pad")))
+
+
+def _writes_any_layout_or_dot(inst: Instruction) -> bool:
+    """Can the kernel of `inst` store its value transposed (a dot writes out^T tiles)?"""
+    if inst.opcode == "dot":
+        return True
+    comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+    return _writes_any_layout(inst) or (isinstance(comp, Computation) and inst.attrs.get("kind") == "kOutput"
+                                         and any(sub.opcode == "dot" for sub in comp.instructions))
 
 
 def _reduces_rows(inst: Instruction) -> bool:

@@ -111,8 +111,8 @@ def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> list
 
 
 def compulsory_bytes(program: Any, savings: list[tuple[tuple[int, ...], int]]) -> int:
-    total = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "output", "constant"))
-    constants = [t for t in program.tensors.values() if t.kind == "constant"]
+    total = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "output", "const"))
+    constants = [t for t in program.tensors.values() if t.kind == "const"]
     for shape, rows in savings:
         table = next((t for t in constants if tuple(t.shape) == shape), None)
         if table is not None:

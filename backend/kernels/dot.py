@@ -413,7 +413,7 @@ class _Loop:
                 TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label,
                               coords=coords).run(plan.epilogue, dst)
                 if on_chip is None:
-                    self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 2048)
+                    self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 8192)
 
 
 class _ChunkedLoop(_Loop):

@@ -352,6 +352,15 @@ def copy_kernel(builder: ProgramBuilder, src: View, out: View, name: str, where:
     if out.size == 0:
         return
     if src.cast is not None or src.dtype != out.dtype:
+        stored = src.with_cast(src.stored_dtype)
+        if not stored.is_dense_row_major() and not src.is_const:
+            # a rearrangement and a cast (a patch embedding's image as im2col rows in bf16): the
+            # rearrangement as DMAs into a dense tensor of the stored type, then the cast over
+            # whole rows (cast tile by tile, the tiles were the rearrangement's: [16 x 16] for 16x16
+            # patches, 588 kernels' worth of DMA latency for one 224x224 image)
+            dense = builder.scratch(stored.dtype, out.dims, label=f"{name} rearranged")
+            copy_kernel(builder, stored, dense, f"{name}.rearrange", where)
+            src = dense.with_cast(out.dtype)
         fused_kernel(builder, unary("convert", leaf(src), out.dtype), out, name, where)
         return
     views, _ = normalize_axes([out, src], storage_order(out))

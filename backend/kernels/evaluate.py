@@ -27,8 +27,7 @@ import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels import integer
-from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
-from backend.layout import View
+from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
 from hlo.errors import CompilationError
 from isa.program import AccessPattern
 
@@ -231,6 +230,8 @@ class TileEvaluator:
             result = Tensor(self.acc)
         elif kind == "S":
             result = Scalar(self._fold(node))
+        elif self._narrowing(node):
+            result = self._eval_narrowed(node, dst)
         else:
             act = None if op == "iota" or op in REDUCE_OPS or integer.is_int_node(node) else self._match_act(node)
             operands = list(node.inputs)
@@ -256,6 +257,22 @@ class TileEvaluator:
             result = Tensor(out) if kind == "T" else PVec(out)
         self._memo[key] = result
         return result
+
+    def _narrowing(self, node: Node) -> bool:
+        """A float convert of an fp32 value only it uses: the instruction computing that value writes the
+        converted type (engines compute in fp32 and round on the write, as the convert would)."""
+        src = node.inputs[0] if node.op in ("convert", "copy") else None
+        return (src is not None and src.dtype == "f32" and not integer.is_integer(node.dtype)
+                and self._absorbable(src) and self._kind[id(src)] == self._kind[id(node)])
+
+    def _eval_narrowed(self, node: Node, dst: AccessPattern | None) -> Operand:
+        kind = self._kind[id(node)]
+        out = dst if dst is not None and (dst.free_size == 1) == (kind == "V") else self._new(node, kind)
+        inner = self._eval(node.inputs[0], out)
+        if not (isinstance(inner, Tensor | PVec) and inner.ap is out):  # the source ignored the destination
+            self._materialize(inner, out)
+        self._consume(node)
+        return Tensor(out) if kind == "T" else PVec(out)
 
     def _fold(self, node: Node) -> float:
         if node.op == "scalar":
@@ -525,23 +542,6 @@ class TileEvaluator:
         self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
         self.b.tensor_scalar(out, out, "multiply", float(stride), f"{self.label} iota stride", op1="add",
                              scalar1_vec=vec)
-
-
-def iota_form(view: View, free: list[tuple[int, int]]) -> str:
-    """How a tile of [P x free axes (axis, count), outermost first] computes an iota view:
-    "vector" (constant along the free axes: one [P, 1] iota), "ramp" (the value is the flat free index:
-    one iota), "scaled" (only one free axis has more than one element: an iota times its stride),
-    "table" (none of those: the values must come from a constant)."""
-    counted = [(a, c) for a, c in free if c > 1]
-    if not any(view.strides[a] for a, _ in counted):
-        return "vector"
-    radix, expected = [], 1
-    for a, c in reversed(free):
-        radix.append((a, c, expected))
-        expected *= c
-    if all(view.strides[a] == r for a, c, r in radix if c > 1):
-        return "ramp"
-    return "scaled" if len(counted) == 1 else "table"
 
 
 def _kind_of(operand: Operand) -> str:

@@ -306,3 +306,20 @@ def _popcnt(x: Node, dtype: str, inst: HloInstruction | None) -> Node:
 def _mask(pattern: int, bits: int) -> int:
     """The low `bits` of a repeating bit pattern, as a value of the signed type of that width (positive here)."""
     return pattern & ((1 << bits) - 1)
+
+
+def iota_form(view: View, free: list[tuple[int, int]]) -> str:
+    """How a tile of [P x free axes (axis, count), outermost first] computes an iota view:
+    "vector" (constant along the free axes: one [P, 1] iota), "ramp" (the value is the flat free index:
+    one iota), "scaled" (only one free axis has more than one element: an iota times its stride),
+    "table" (none of those: the values must come from a constant)."""
+    counted = [(a, c) for a, c in free if c > 1]
+    if not any(view.strides[a] for a, _ in counted):
+        return "vector"
+    radix, expected = [], 1
+    for a, c in reversed(free):
+        radix.append((a, c, expected))
+        expected *= c
+    if all(view.strides[a] == r for a, c, r in radix if c > 1):
+        return "ramp"
+    return "scaled" if len(counted) == 1 else "table"

@@ -237,15 +237,29 @@ class KOperand:
             for k0 in range(0, self.K, self.chunk):
                 kw = min(self.chunk, self.K - k0)
                 label = f"{self.tag} c{cb} k{k0}"
-                rows = self.pools["rows"].next().flat(stored, cw, kw)
                 # rows of C on partitions, K contiguous along the free dim
-                b.dma(rows, self.view.hbm_ap(1, cb, cw, [(0, k0, kw)]), f"{label} load rows")
+                src = self.view.hbm_ap(1, cb, cw, [(0, k0, kw)])
+                rows = self._image_rows(src)  # a tensor kept on chip: PE reads its image, no DMA
+                if rows is None:
+                    rows = self.pools["rows"].next().flat(stored, cw, kw)
+                    b.dma(rows, src, f"{label} load rows")
                 if stored != self.compute:
                     conv = self.pools["rows_c"].next().flat(self.compute, cw, kw)
                     b.copy(conv, rows, f"{label} cast rows", engines=("act", "dve", "pool"))
                     rows = conv
                 blocks = [(k0 + j, min(parts, kw - j)) for j in range(0, kw, parts)]
                 self._transpose_blocks(rows, blocks, k0, cw, ident, dst, at + cb - c0, cols, label)
+
+    def _image_rows(self, src: AccessPattern) -> AccessPattern | None:
+        """The rows `src` reads, in place in their tensor's SBUF image when it is kept on chip and engines
+        may read it there (start-partition rule, K contiguous): the transposes read it with no copy (an
+        on-chip DMA occupies a DMA queue as long as an HBM load of the same bytes)."""
+        if src.memory != "hbm":
+            return None
+        on_chip = self.b.resident(src)
+        if on_chip is None or len(on_chip.pattern) != 1 or on_chip.pattern[0][0] != 1:
+            return None
+        return on_chip
 
     def _transpose_blocks(self, rows, blocks, k0, cw, ident: Tile, dst: Tile, col, cols, label) -> None:
         """PE-transpose [cw, kbw] blocks of `rows` into K-tiles of `dst`, 4 blocks per PSUM bank."""

@@ -12,7 +12,7 @@ from torch import nn
 import compiler
 from backend.options import BackendOptions
 from isa.emulator.timing import contiguous_runs
-from tests.backend.util import BF16, TOL, dot_text, layer_computation, rand, run_hlo
+from tests.backend.util import BF16, TOL, bf16_round, body_module, dot_text, layer_computation, rand, run_hlo
 from tests.conftest import assert_close
 from tests.frontend.zoo import CausalSelfAttention
 
@@ -119,3 +119,127 @@ def test_attention_heads_loaded_once_mask_in_psum(auto_cast, heads):
     assert not any("causal mask" in i.comment and i.opcode == "affine_select" for i in insts)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "f32" if auto_cast == "none" else "bf16")
+
+
+def test_narrowing_convert_is_written_by_its_producer():
+    """convert(bf16) of an fp32 value only it uses costs no pass: the instruction computing the value writes
+    bf16 itself (engines compute in fp32 and round on the write, as the convert would)."""
+    params = [("x", "f32[256,384]"), ("y", "f32[256,384]")]
+    body = """
+  %m = f32[256,384] multiply(%x, %y)
+  %a = f32[256,384] add(%m, %x)
+  %t = f32[256,384] tanh(%a)
+  %c = bf16[256,384] convert(%t)
+"""
+    x, y = rand(256, 384, seed=1), rand(256, 384, seed=2)
+    (out,), result = run_hlo(body_module(params, body, "bf16[256,384]", fused="kLoop"), [x, y])
+    assert out.dtype == BF16
+    np.testing.assert_allclose(out.astype(np.float32), bf16_round(np.tanh(x * y + x)), rtol=8e-3, atol=8e-3)
+    insts = [i for i in result.program.instructions if i.engine in ("act", "dve", "pool")]
+    assert not any(i.comment.endswith(" convert") for i in insts)
+    assert any(i.operands["dst"].dtype == "bf16" and i.opcode == "activation" for i in insts)  # tanh writes bf16
+
+
+def test_weight_dmas_keep_whole_runs_per_partition():
+    """Large weight loads are split across the queues by partitions, never inside a partition's run (a
+    moving block of K = 768 is 6 KiB per partition: cut into 2 KiB pieces it paid the descriptor overhead
+    three times)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(768, 2048), nn.GELU(), nn.Linear(2048, 768)).eval()
+    x = torch.randn(1, 128, 768)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    consts = {name for name, t in exe.program.tensors.items() if t.kind == "const"}
+    reads = [i for i in exe.program.instructions if i.opcode == "dma" and i.operands["src"].tensor in consts
+             and i.operands["src"].nbytes >= 64 * 1024 // 4]
+    assert reads
+    for inst in reads:  # fc1's stationary blocks: 1536 B per partition; fc2's moving ones: 16 KiB
+        dst = inst.operands["dst"]
+        per_partition = dst.free_size * dst.itemsize
+        assert contiguous_runs(dst) == dst.partitions, inst.comment
+        assert per_partition >= (8192 if " mov " in f" {inst.comment} " else 1536), inst.comment
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
+
+
+def test_patch_embedding_casts_whole_rows():
+    """A ViT patch embedding (16x16 convolution, stride 16) is a dot over the image rearranged as im2col
+    rows; under auto-cast the rearrangement is DMAs into a dense fp32 tensor and the cast then runs over
+    whole rows (it ran tile by tile on [16 x 16] tiles, one DMA latency each)."""
+    torch.manual_seed(0)
+    model = nn.Conv2d(3, 192, 16, 16).eval()
+    x = torch.randn(1, 3, 64, 64)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    casts = [i for i in exe.program.instructions if i.engine in ("act", "dve", "pool") and i.comment.endswith("convert")
+             and ".copy" in i.comment]
+    assert casts and all(i.operands["dst"].partitions >= 64 for i in casts)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
+
+
+def test_transposing_loads_read_resident_rows_in_place():
+    """A layer norm's output kept on chip (rows on partitions) feeds a matmul that needs it K-major: PE
+    transposes its SBUF image in place; no on-chip DMA copies the rows first (such a copy holds a DMA
+    queue as long as an HBM load of the same bytes)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.LayerNorm(384), nn.Linear(384, 512), nn.ReLU(), nn.Linear(512, 384)).eval()
+    x = torch.randn(1, 256, 384)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    insts = exe.program.instructions
+    assert any(i.opcode in ("transpose", "multiply_moving") and "transpose" in i.comment for i in insts)
+    on_chip_rows = [i.comment for i in insts if i.opcode == "dma" and "load rows" in i.comment
+                    and "hbm" not in (i.operands["src"].memory, i.operands["dst"].memory)]
+    assert not on_chip_rows
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
+
+
+class SwiGLU(nn.Module):
+    """Llama's MLP as HF writes it: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.gate = nn.Linear(d, hidden, bias=False)
+        self.up = nn.Linear(d, hidden, bias=False)
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+def test_swiglu_inputs_stored_as_its_product():
+    """silu(gate) * up is stored K-major for the down projection; its inputs (the gate and up projections)
+    are stored in the same order, so the product reads whole rows instead of 4-byte transposing runs."""
+    torch.manual_seed(0)
+    model = SwiGLU(256, 1024).eval()
+    x = torch.randn(1, 128, 256)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    assert not small_runs(exe)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")
+
+
+class RMSNorm(nn.Module):
+    """HF's LlamaRMSNorm: the statistic keeps its dim (mean(-1, keepdim=True))."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(d) * 0.1 + 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        variance = x.pow(2).mean(-1, keepdim=True)
+        return self.weight * (x * torch.rsqrt(variance + 1e-5))
+
+
+def test_rmsnorm_with_keepdim_is_one_row_kernel():
+    """The keepdim reshape after the mean sinks to the statistic's broadcast back, so RMSNorm (statistic,
+    rsqrt, normalize, weight) is one row kernel; it was three, the last reading the input with 4-byte
+    transposing runs to write it K-major for the matmul after it."""
+    torch.manual_seed(0)
+    model = nn.Sequential(RMSNorm(512), nn.Linear(512, 1024, bias=False)).eval()
+    x = torch.randn(1, 128, 512)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    fusions = [line for line in exe.hlo.splitlines() if " fusion(" in line]
+    assert len(fusions) == 1 and "kind=kInput" in fusions[0]
+    assert not small_runs(exe)
+    (out,) = exe.run(x, check=True)
+    assert_close(out, model(x).detach(), "bf16")

@@ -108,7 +108,7 @@ class DotReshapeSinking:
 
     def run(self) -> bool:
         changed = False
-        while self._hoist_converts() | self._collapse() | self._hoist() | self._sink_all():
+        while self._hoist_converts() | self._collapse() | self._hoist() | self._sink_all() | self._sink_keepdims():
             changed = True
         if changed:
             self._remove_dead()
@@ -249,6 +249,67 @@ class DotReshapeSinking:
                             metadata=operand.metadata)
         return insert_before(self.comp, anchor, b)
 
+    # -- a row statistic's keepdim reshape sinks to its broadcast back ---------------------------------
+    def _sink_keepdims(self) -> bool:
+        """op(reshape(x), broadcast(b)...) -> reshape(op(x, broadcast'(b)...)), and broadcast(reshape(x)) ->
+        broadcast'(x), for a reshape that only inserts size-1 dims after a row reduction (keepdim=True, as HF's
+        RMSNorm writes x.pow(2).mean(-1, keepdim=True)): the statistic then meets its broadcast back inside
+        one row fusion instead of the reshape splitting the norm into three kernels."""
+        changed = False
+        users = _Users(self.comp)  # the users map, recomputed only after the computation changed
+        for reshape in list(self.comp.instructions):
+            if reshape not in self.comp.instructions or reshape.opcode not in ("reshape", "bitcast"):
+                continue
+            src = reshape.operands[0]
+            keep = _inserted_ones(tuple(src.shape.dims), tuple(reshape.shape.dims))
+            if keep is None or not _from_reduce(src):
+                continue
+            users = users.fresh()
+            if len(users[reshape]) != 1:
+                continue
+            (user,) = users[reshape]
+            if user.opcode == "broadcast":
+                dims = tuple(user.attrs.get("dimensions", ()))
+                new = new_instruction(self.module, "broadcast", user.shape, [src],
+                                      {"dimensions": tuple(dims[k] for k in keep)}, metadata=user.metadata)
+            elif is_elementwise(user) and user.opcode not in ("custom-call",) and user is not self.comp.root:
+                operands = [self._unshaped(o, reshape, src, keep, user) for o in user.operands]
+                if any(o is None for o in operands):
+                    continue
+                op = new_instruction(self.module, user.opcode, Shape.array(user.shape.dtype, src.shape.dims),
+                                     operands, dict(user.attrs), metadata=user.metadata, name=user.name)
+                insert_before(self.comp, user, op)
+                new = new_instruction(self.module, "reshape", user.shape, [op], metadata=reshape.metadata)
+            else:
+                continue
+            insert_before(self.comp, user, new)
+            self.comp.replace_all_uses(user, new)
+            self.comp.remove(user)
+            self.notes.append(f"NOTE    keepdim reshape %{reshape.name} moved below %{user.name}")
+            changed = True
+            users.stale = True
+        if changed:
+            self._remove_dead()
+        return changed
+
+    def _unshaped(self, operand: Instruction, reshape: Instruction, src: Instruction, keep: list[int],
+                  anchor: Instruction) -> Instruction | None:
+        """An operand of the reshape's user in the source's shape (None: not expressible)."""
+        if operand is reshape:
+            return src
+        if operand.opcode == "constant" and operand.shape.rank == 0:
+            return operand
+        if operand.opcode != "broadcast":
+            return None
+        where = {j: i for i, j in enumerate(keep)}
+        dims = tuple(operand.attrs.get("dimensions", ()))
+        if any(d not in where for d in dims):
+            return None
+        b = new_instruction(self.module, "broadcast", Shape.array(operand.shape.dtype, src.shape.dims),
+                            [operand.operands[0]], {"dimensions": tuple(where[d] for d in dims)},
+                            metadata=operand.metadata)
+        return insert_before(self.comp, anchor, b)
+
     # -- reshapes of a dot's result sink into the dot ---------------------------------------------------
     def _sink_all(self) -> bool:
         changed = False
@@ -353,3 +414,28 @@ class DotReshapeSinking:
                         and inst is not self.comp.root):
                     self.comp.remove(inst)
                     changed = True
+
+
+def _inserted_ones(old: tuple[int, ...], new: tuple[int, ...]) -> list[int] | None:
+    """For a reshape that only inserts size-1 dims: the new index of each old dim (else None)."""
+    if len(new) <= len(old):
+        return None
+    keep, i = [], 0
+    for j, size in enumerate(new):
+        if i < len(old) and size == old[i]:
+            keep.append(j)
+            i += 1
+        elif size != 1:
+            return None
+    return keep if i == len(old) else None
+
+
+def _from_reduce(value: Instruction) -> bool:
+    """Is `value` a row reduction, or computed from one alone through elementwise ops?"""
+    while True:
+        if value.opcode == "reduce":
+            return True
+        computed = [o for o in value.operands if o.opcode not in ("broadcast", "constant")]
+        if not is_elementwise(value) or len(computed) != 1:
+            return False
+        value = computed[0]
