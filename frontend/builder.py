@@ -79,11 +79,12 @@ def tensor_to_numpy(tensor: torch.Tensor) -> np.ndarray:
 
 
 def shares_torch_memory(array: np.ndarray) -> bool:
-    """Is ``array`` a view of a torch tensor's memory (made by `tensor_to_numpy`)?"""
-    base = array
-    while isinstance(base, np.ndarray) and base.base is not None:
-        base = base.base
-    return isinstance(base, torch.Tensor)
+    """Is ``array`` a view of a torch tensor's memory (made by `tensor_to_numpy`)? The chain of bases is
+    followed through numpy's own holders too (``as_strided`` keeps its source behind a ``DummyArray``)."""
+    base: Any = array
+    while base is not None and not isinstance(base, torch.Tensor):
+        base = getattr(base, "base", None)
+    return base is not None
 
 
 def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
