@@ -71,10 +71,11 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
         target = load_target(target)
     options = options or BackendOptions()
     timer = timer or _Untimed()
+    memo: dict = {}  # what both lowerings derive from the same constants
     if options.keep_on_chip:
         survey = Survey()
         with timer.phase("lowering (survey)"):
-            first = _lower(module, target, options, survey=survey)
+            first = _lower(module, target, options, survey=survey, const_memo=memo)
         survey.needs = [hi - lo for lo, hi in (k.sbuf for k in first.alloc.kernels)]
         survey.staged = first.alloc.staged
         survey.persistent_bytes = first.alloc.sbuf_bytes - first.alloc.persistent_top
@@ -87,7 +88,7 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
                                      target.partitions, excluded)
             try:
                 with timer.phase("lowering"):
-                    builder = _lower(module, target, options, images=images)
+                    builder = _lower(module, target, options, images=images, const_memo=memo)
                 break
             except ResidencyMismatch as mismatch:
                 excluded |= {mismatch.tensor}
@@ -120,7 +121,9 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
 
 
 def _lower(module: Module, target: Target, options: BackendOptions, images: list[Image] | None = None,
-           survey: Survey | None = None) -> ProgramBuilder:
+           survey: Survey | None = None, const_memo: dict | None = None) -> ProgramBuilder:
     builder = ProgramBuilder(target, options, images=images, survey=survey)
+    if const_memo is not None:
+        builder.const_memo = const_memo
     Lowering(module, builder).run()
     return builder

@@ -52,31 +52,32 @@ def _runs_overlap(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> bool:
 
 
 class _Space:
-    """The live accesses of one memory space (sbuf, psum, an HBM tensor or PE's stationary)."""
+    """The live accesses of one memory space (sbuf, psum, an HBM tensor or PE's stationary): the box
+    bounds as one contiguous array each (the masks below read whole columns)."""
 
     def __init__(self) -> None:
         self.n = 0
-        self.box = np.zeros((64, 4), dtype=np.int64)  # p0, p1, lo, hi
-        self.write = np.zeros(64, dtype=bool)
-        self.alive = np.zeros(64, dtype=bool)
-        self.op = np.zeros(64, dtype=np.int64)
+        self._alloc(64)
         self.runs: list[tuple[np.ndarray, int] | None] = []
+
+    def _alloc(self, size: int) -> None:
+        self.p0, self.p1, self.lo, self.hi = (np.zeros(size, dtype=np.int64) for _ in range(4))
+        self.write = np.zeros(size, dtype=bool)
+        self.alive = np.zeros(size, dtype=bool)
+        self.op = np.zeros(size, dtype=np.int64)
 
     def add(self, box: tuple[int, int, int, int], write: bool, op: int, runs) -> None:
         if self.n == len(self.write):
             keep = np.flatnonzero(self.alive[:self.n])
-            size = max(64, 2 * len(keep))
-            box_, write_, op_ = self.box[keep], self.write[keep], self.op[keep]
+            old = (self.p0[keep], self.p1[keep], self.lo[keep], self.hi[keep], self.write[keep], self.op[keep])
             self.runs = [self.runs[i] for i in keep]
-            self.box = np.zeros((size, 4), dtype=np.int64)
-            self.write = np.zeros(size, dtype=bool)
-            self.alive = np.zeros(size, dtype=bool)
-            self.op = np.zeros(size, dtype=np.int64)
+            self._alloc(max(64, 2 * len(keep)))
             n = len(keep)
-            self.box[:n], self.write[:n], self.op[:n], self.alive[:n] = box_, write_, op_, True
+            self.p0[:n], self.p1[:n], self.lo[:n], self.hi[:n], self.write[:n], self.op[:n] = old
+            self.alive[:n] = True
             self.n = n
         i = self.n
-        self.box[i] = box
+        self.p0[i], self.p1[i], self.lo[i], self.hi[i] = box
         self.write[i] = write
         self.alive[i] = True
         self.op[i] = op
@@ -86,10 +87,11 @@ class _Space:
     def conflicts(self, box, write: bool, runs) -> tuple[np.ndarray, np.ndarray]:
         """Indices of live overlapping records that conflict (any write involved), and the ops."""
         n = self.n
-        b = self.box[:n]
-        mask = (self.alive[:n] & (b[:, 0] < box[1]) & (box[0] < b[:, 1]) & (b[:, 2] < box[3]) & (box[2] < b[:, 3]))
-        if not write:
-            mask &= self.write[:n]
+        mask = self.alive[:n] if write else self.alive[:n] & self.write[:n]
+        mask = mask & (self.p0[:n] < box[1])
+        mask &= self.p1[:n] > box[0]
+        mask &= self.lo[:n] < box[3]
+        mask &= self.hi[:n] > box[2]
         idx = np.flatnonzero(mask)
         if runs is not None and len(idx):
             idx = np.array([i for i in idx if _runs_overlap(runs, self.runs[i])],
@@ -99,9 +101,10 @@ class _Space:
     def cover(self, box, exclude: int) -> None:
         """Retire records inside `box` (a dense write that every later conflicting access will see)."""
         n = self.n
-        b = self.box[:n]
-        mask = (self.alive[:n] & (b[:, 0] >= box[0]) & (b[:, 1] <= box[1]) & (b[:, 2] >= box[2])
-                & (b[:, 3] <= box[3]))
+        mask = self.p0[:n] >= box[0]
+        mask &= self.p1[:n] <= box[1]
+        mask &= self.lo[:n] >= box[2]
+        mask &= self.hi[:n] <= box[3]
         mask[exclude] = False
         self.alive[:n] &= ~mask
 
@@ -178,7 +181,7 @@ def dependencies(ops: list[Instruction], untracked: set[str], chain_stationary: 
             table = spaces.get(space)
             if table is not None:
                 _, conflict_ops = table.conflicts(box, write, runs)
-                found.update(int(o) for o in conflict_ops)
+                found.update(conflict_ops.tolist())
         for space, box, runs, dense, write in accesses:
             table = spaces.setdefault(space, _Space())
             table.add(box, write, i, runs)

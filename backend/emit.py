@@ -47,6 +47,7 @@ class ProgramBuilder:
         self.costs = CostModel(target)
         self.engine_load: dict[str, float] = {e: 0.0 for e in ("pe", "act", "dve", "pool", "sp")}
         self._n_const = 0
+        self.const_memo: dict = {}  # arrays derived from constants (TiledConst layouts), shared by both lowerings
         self._n_scratch = 0
         self._identity: dict[str, Tile] = {}
         self._ones: dict[str, Tile] = {}

@@ -26,6 +26,7 @@ import numpy as np
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.layout import View, itemsize
+from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
 PSUM_SLOT = 128  # fp32 columns of one transposed block in a PSUM bank
@@ -47,20 +48,14 @@ class TiledConst:
 
     @staticmethod
     def build(builder: ProgramBuilder, view: View, compute: str, block: int) -> TiledConst:
-        arr = np.asarray(view.const_array())
-        *batch, K, C = arr.shape
         parts = builder.target.partitions
-        arr = arr.reshape(-1, K, C)
-        full = K // parts
-        pieces = []
-        for b in range(arr.shape[0]):
-            for c0 in range(0, C, block):
-                blk = arr[b, :, c0:c0 + block]
-                w = blk.shape[1]
-                pieces.append(blk[:full * parts].reshape(full, parts, w).transpose(1, 0, 2).reshape(-1))
-                pieces.append(blk[full * parts:].reshape(-1))
-        flat = builder.new_const(np.concatenate(pieces), compute)
-        return TiledConst(flat, K, C, min(block, C), parts)
+        *_, K, C = view.dims
+        memo = builder.const_memo
+        key = ("tiled", _data_key(view), compute, block, parts)
+        if key not in memo:  # (the source array is kept with it, so that its address is not reused)
+            memo[key] = (view.buffer.data, _tile_blocks(np.asarray(view.const_array()), compute, block, parts))
+        flat = memo[key][1]
+        return TiledConst(builder.new_const(flat, compute), K, C, min(block, C), parts)
 
     def batch(self, index: tuple[int, ...], dims: tuple[int, ...]) -> TiledConst:
         flat = 0
@@ -82,6 +77,43 @@ class TiledConst:
             if self.K % self.parts:
                 out.append((bs, w, self.K % self.parts, start + full * self.parts * w))
         return out
+
+
+def _data_key(view: View) -> tuple:
+    """What identifies a constant view's values while the source array is alive: its memory and
+    the view's geometry."""
+    data = view.buffer.data
+    assert data is not None
+    return (data.__array_interface__["data"][0], data.dtype.str, data.shape, data.strides, view.offset,
+            view.dims, view.strides, view.dtype, view.cast)
+
+
+def _tile_blocks(arr: np.ndarray, compute: str, block: int, parts: int) -> np.ndarray:
+    """The flat `TiledConst` layout of a [batch..., K, C] array in the compute dtype: per batch, per
+    column block of `block` columns (the last narrower), [parts][K // parts][w] then the [K % parts][w]
+    rest. Whole blocks are moved with one strided copy per batch and part (casting on assignment, as
+    `astype` does)."""
+    *_, K, C = arr.shape
+    arr = arr.reshape(-1, K, C)
+    full, rest = K // parts, K % parts
+    out = np.empty(arr.size, dtype=isa_dtype(compute).numpy)
+    pos = 0
+    nb, tail = C // block, C % block
+    for b in range(arr.shape[0]):
+        if nb:
+            dst = out[pos:pos + K * nb * block].reshape(nb, K * block)
+            head = arr[b, :full * parts, :nb * block].reshape(full, parts, nb, block)
+            dst[:, :full * parts * block].reshape(nb, parts, full, block)[...] = head.transpose(2, 1, 0, 3)
+            dst[:, full * parts * block:].reshape(nb, rest, block)[...] = \
+                arr[b, full * parts:, :nb * block].reshape(rest, nb, block).transpose(1, 0, 2)
+            pos += K * nb * block
+        if tail:
+            blk = arr[b, :, nb * block:]
+            out[pos:pos + full * parts * tail].reshape(parts, full, tail)[...] = \
+                blk[:full * parts].reshape(full, parts, tail).transpose(1, 0, 2)
+            out[pos + full * parts * tail:pos + K * tail].reshape(rest, tail)[...] = blk[full * parts:]
+            pos += K * tail
+    return out
 
 
 class KOperand:

@@ -134,3 +134,23 @@ def test_progress_line_only_on_a_terminal_after_the_delay():
     pipe = io.StringIO()  # not a terminal: silent
     Progress(stream=pipe, delay_s=0.0).update("fusion", 3)
     assert pipe.getvalue() == ""
+
+
+@pytest.mark.parametrize("cache", [False, True])
+def test_a_compiled_program_does_not_change_when_its_model_does(cache):
+    """The frontend shares the weights' memory with torch instead of copying them; the finished program
+    must still be a snapshot (an embedding reaches it as it is, linear weights re-laid out)."""
+    torch.manual_seed(5)
+    model = torch.nn.Sequential(torch.nn.Embedding(50, 16), torch.nn.Linear(16, 8)).eval()
+    ids = torch.randint(0, 50, (2, 6), dtype=torch.int32)
+    exe = compiler.compile(model, (ids,), cache=cache)
+    with torch.no_grad():
+        expected = model(ids).numpy()
+        before = exe(ids).numpy()
+        for p in model.parameters():
+            p.mul_(-3.0).add_(1.0)
+        after = exe(ids).numpy()
+    np.testing.assert_allclose(before, expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(after, before)
+    assert all(not np.shares_memory(a, p.detach().numpy()) for a in exe.program.constants.values()
+               for p in model.parameters())
