@@ -9,6 +9,7 @@ from typing import Protocol
 
 import numpy as np
 
+from backend.control_schedule import schedule_structured
 from backend.emit import ProgramBuilder
 from backend.lower import INTERNAL_ERRORS, Lowering
 from backend.options import BackendOptions
@@ -102,7 +103,12 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
     untracked = {n for n, t in program.tensors.items() if t.kind in ("input", "const")}
     n_queues = min(options.dma_queues, target.data["dma"]["queues"])
     with timer.phase("scheduling"):
-        result = schedule(ops, builder.costs, untracked, n_queues, options.list_schedule)
+        control = getattr(builder, "control", None)
+        if control is not None and control.structured:  # while/conditional on the ISA's control flow
+            result = schedule_structured(control, ops, target, builder.costs, untracked, n_queues,
+                                         options.list_schedule)
+        else:
+            result = schedule(ops, builder.costs, untracked, n_queues, options.list_schedule)
     with timer.phase("emission"):
         program.instructions = [ops[i] for i in result.order]
         program.origins = origin_table(module, (inst.origin for inst in program.instructions))

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from isa.emulator.indirect import indirect_effective_bytes
 from isa.emulator.timing import COSTS, dependent_extra, dma_effective_bytes
-from isa.instructions import OPCODES
+from isa.instructions import DMA_OPCODES, OPCODES
 from isa.program import Instruction
 from isa.target import Target
 
@@ -32,7 +33,7 @@ class CostModel:
 
     def duration(self, inst: Instruction, engine: str | None = None) -> float:
         """Estimated busy time of `inst` on its engine (or on `engine`); DMA: trigger + transfer."""
-        if inst.opcode == "dma":
+        if inst.opcode in DMA_OPCODES:
             return self.dma_ns(inst)
         return self.engine_ns(inst, engine)
 
@@ -49,6 +50,8 @@ class CostModel:
 
     def transfer_ns(self, inst: Instruction) -> float:
         """Queue time of a DMA's transfer (after it reached its queue)."""
+        if inst.opcode == "dma_indirect":
+            return indirect_effective_bytes(self.target, inst) / self.queue_rate
         dst, src = inst.operands["dst"], inst.operands["src"]
         return dma_effective_bytes(self.target, dst, src) / self.queue_rate
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np
 
 from isa.dtypes import dtype as isa_dtype
-from isa.instructions import OPCODES
+from isa.instructions import OPCODES, indirect_side
 from isa.program import AccessPattern, Instruction
 
 STATIONARY = "pe:stationary"
+WHOLE = (0, 1, 0, 1 << 62)  # the box of a whole HBM tensor (a dma_indirect's indirectly addressed side)
 
 
 def _runs(ap: AccessPattern) -> tuple[np.ndarray, int]:
@@ -151,9 +152,17 @@ def dependencies(ops: list[Instruction], untracked: set[str], chain_stationary: 
     for i, inst in enumerate(ops):
         spec = OPCODES[inst.opcode]
         accesses = []
+        indirect = indirect_side(inst.opcode, inst.attrs)
         for operand in spec.operands:
             ap = inst.operands.get(operand.name)
             if ap is None or (ap.memory == "hbm" and ap.tensor in untracked):
+                continue
+            if operand.name == indirect:  # rows chosen at run time: the whole tensor
+                accesses.append((f"hbm:{ap.tensor}", WHOLE, (np.zeros(1, dtype=np.int64), WHOLE[3]), False,
+                                 operand.access == "w"))
+                if inst.attrs.get("rmw", "none") != "none":
+                    accesses.append((f"hbm:{ap.tensor}", WHOLE, (np.zeros(1, dtype=np.int64), WHOLE[3]), False,
+                                     False))
                 continue
             space, box, runs, dense = _access(ap)
             accesses.append((space, box, runs, dense, operand.access == "w"))

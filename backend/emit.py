@@ -19,7 +19,7 @@ from backend.options import BackendOptions
 from backend.registry import KernelShape, kernel_options
 from backend.residency import Image, ResidencyMismatch, Survey
 from isa.dtypes import dtype as isa_dtype
-from isa.instructions import start_partition_allowed
+from isa.instructions import DMA_OPCODES, indirect_side, start_partition_allowed
 from isa.program import AccessPattern, Instruction, Program
 from isa.target import Target
 
@@ -117,7 +117,7 @@ class ProgramBuilder:
              **operands: AccessPattern | None) -> Instruction:
         inst = Instruction(engine, opcode, {k: v for k, v in operands.items() if v is not None},
                            dict(attrs or {}), comment=comment, origin=self.origin)
-        if opcode == "dma":
+        if opcode in DMA_OPCODES:
             self._route(inst)
         self.ops.append(inst)
         if engine != "sp":
@@ -129,9 +129,12 @@ class ProgramBuilder:
         kernel = self.alloc.kernel_index
         if self.survey is not None:
             self.survey.record(kernel, inst, self.scratch_labels.keys())
+        indirect = indirect_side(inst.opcode, inst.attrs)
         for side in ("dst", "src"):
             ap = inst.operands[side]
             image = self.images.get(ap.tensor) if ap.memory == "hbm" else None
+            if image is not None and side == indirect:
+                raise ResidencyMismatch(image.tensor)  # rows picked at run time: the tensor stays in HBM
             if image is not None:
                 moved = image.translate(ap)
                 if moved is None:

@@ -32,6 +32,8 @@ from backend.kernels.conv import conv_kernel, plan_conv
 from backend.kernels.dot import dot_kernel, plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
+from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS
+from backend.kernels.indirect_ops import rows_or
 from backend.kernels.reduce import reduce_kernel
 from backend.kernels.scan import plan_window, window_kernel
 from backend.kernels.sort import lower_sort
@@ -394,14 +396,8 @@ def _reverse(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     return out
 
 
-def _while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
-    raise CompilationError(f"{inst.where()}: a while loop whose trip count is not a static one of at most 16 (the "
-                           "while_unroller unrolls those) is not supported: the ISA has no loop instruction")
-
-
 # opcode -> handler of an unfused instruction (op classes register their kernels here)
 KERNELS: dict[str, Handler] = {
-    "while": _while,
     "reverse": _reverse,
     "dot": anchored(plan_dot, dot_kernel, materializes=True),
     "fusion": _fusion,
@@ -410,7 +406,8 @@ KERNELS: dict[str, Handler] = {
     "pad": _pad,
     "convolution": anchored(plan_conv, conv_kernel),
     "reduce-window": anchored(plan_window, window_kernel),
-    "gather": anchored(plan_gather, gather_kernel),
+    "gather": rows_or(anchored(plan_gather, gather_kernel)),  # several indexed dims: rows by indirect DMA
+    **INDIRECT_HANDLERS,  # dynamic-slice, dynamic-update-slice, scatter: rows by indirect DMA
     "sort": lower_sort,
     "topk": lower_topk,
 }

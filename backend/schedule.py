@@ -42,7 +42,7 @@ from backend.registry import SCHEDULERS as REGISTRY
 from backend.registry import SchedulerSpec, StrategyError
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
-from isa.instructions import OPCODES
+from isa.instructions import DMA_OPCODES, OPCODES
 from isa.program import Instruction
 
 ENGINE_SEMS = {"pe": 0, "act": 1, "dve": 2, "pool": 3}
@@ -192,7 +192,7 @@ def bottom_levels(ops: list[Instruction], succs: list[list[int]], costs: CostMod
     level = [0.0] * len(ops)
     for i in range(len(ops) - 1, -1, -1):  # program order is a topological order
         inst = ops[i]
-        if inst.opcode == "dma":
+        if inst.opcode in DMA_OPCODES:
             own = costs.dma_ns(inst)
         else:
             own = min(costs.engine_ns(inst, e) for e in choices[i])
@@ -218,7 +218,7 @@ class _Placer:
         made ready."""
         inst, p, tl = self.ops[i], self.placement, self.timeline
         engine = engine or inst.engine
-        if inst.opcode == "dma":
+        if inst.opcode in DMA_OPCODES:
             start, finish, q = tl.place_dma(inst, self.ready[i], queue)
             p.queues[i] = q
         else:
@@ -245,7 +245,7 @@ def inorder_schedule(ops: list[Instruction], preds: list[list[int]], costs: Cost
     n_dma = 0
     for i, inst in enumerate(ops):
         queue = None
-        if inst.opcode == "dma":
+        if inst.opcode in DMA_OPCODES:
             queue, n_dma = n_dma % n_queues, n_dma + 1
         placer.commit(i, inst.engine, queue)
     return placer.placement
@@ -385,7 +385,7 @@ def list_schedule(ops: list[Instruction], preds: list[list[int]], costs: CostMod
 
 def _stream(inst: Instruction, queue: int | None) -> str:
     """The in-order completion stream of an instruction (its semaphore)."""
-    if inst.opcode == "dma":
+    if inst.opcode in DMA_OPCODES:
         return f"q{queue}"
     if inst.opcode == "load_stationary":
         return "pe.load"
@@ -468,7 +468,7 @@ def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[i
         else:
             inst.signals = []
         inst.waits = [(ps, rank[at[(ps, value)]]) for ps, value in waits_of[i]]
-        if inst.opcode == "dma":
+        if inst.opcode in DMA_OPCODES:
             inst.attrs["queue"] = queues[i]
 
 
@@ -490,7 +490,7 @@ def schedule_text(ops: list[Instruction], placement: Placement, mode: str) -> st
         for n, i in enumerate(stream):
             inst = ops[i]
             waits = ", ".join(f"{sem_name(s)}>={v}" for s, v in inst.waits)
-            queue = f" q{inst.attrs['queue']}" if inst.opcode == "dma" else ""
+            queue = f" q{inst.attrs['queue']}" if inst.opcode in DMA_OPCODES else ""
             signal = " +" + sem_name(inst.signals[0]) if inst.signals else ""
             lines.append(f"{n:6d} {placement.start[i] / 1000:9.2f}us {inst.opcode}{queue:<4} {inst.comment:<48}"
                          f"{'  wait ' + waits if waits else ''}{signal}")
@@ -533,7 +533,7 @@ def _check_placement(name: str, problem: ScheduleProblem, placement: Placement) 
             raise StrategyError(f"scheduler {name!r} placed instruction {i} ({problem.ops[i].opcode} "
                                 f"{problem.ops[i].comment}) before its predecessor {late[0]}")
     for i, op in enumerate(problem.ops):
-        if op.opcode == "dma" and not 0 <= placement.queues.get(i, -1) < problem.n_queues:
+        if op.opcode in DMA_OPCODES and not 0 <= placement.queues.get(i, -1) < problem.n_queues:
             raise StrategyError(f"scheduler {name!r} gave DMA {i} no queue in 0..{problem.n_queues - 1}")
 
 

@@ -26,7 +26,9 @@ import compiler  # noqa: E402
 from benchmarks.models import by_name  # noqa: E402
 from compiler.driver import to_numpy  # noqa: E402
 from isa.emulator import run_program  # noqa: E402
+from isa.emulator.indirect import indirect_effective_bytes  # noqa: E402
 from isa.emulator.timing import contiguous_runs, dma_effective_bytes  # noqa: E402
+from isa.instructions import DMA_OPCODES  # noqa: E402
 from isa.target import load_target  # noqa: E402
 
 SMALL_RUN = 512  # bytes: machine-model.md "DMA": shorter contiguous runs run well below peak
@@ -57,13 +59,19 @@ def report(model: torch.nn.Module, inputs: tuple, auto_cast: str, target: str, t
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])
     count = 0
     for inst in program.instructions:
-        if inst.opcode != "dma":
+        if inst.opcode not in DMA_OPCODES:
             continue
         count += 1
         dst, src = inst.operands["dst"], inst.operands["src"]
         row = groups[re.sub(r"\d+", "#", inst.comment)[:70]]
         row[0] += 1
         row[1] += src.nbytes
+        if inst.opcode == "dma_indirect":  # one descriptor per row at least
+            effective = indirect_effective_bytes(machine, inst)
+            row[2] += effective
+            descriptors = (effective - src.nbytes) / machine.data["dma"]["descriptor_overhead_bytes"]
+            row[3] += src.nbytes / max(1.0, descriptors) < SMALL_RUN
+            continue
         row[2] += dma_effective_bytes(machine, dst, src)
         row[3] += src.nbytes / max(contiguous_runs(src), contiguous_runs(dst)) < SMALL_RUN
     lines = [f"sim {prof.time_us:.1f} us, MFU {prof.mfu:.1%}, HBM read/write {prof.hbm_read_bytes / 2**20:.1f}/"

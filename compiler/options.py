@@ -76,6 +76,8 @@ class CompileOptions:
                               "buffer is refused: the dot kernel prefetches the next stationary block)")
     fusion_recompute_weight: float = _option(1.0, "cost fusion: recompute a producer inside a fusion when that "
                                                   "reads at most WEIGHT x the bytes of its value")
+    unroll_trips: int = _option(16, "unroll while loops of a static trip count up to N (longer ones, and loops "
+                                    "whose trip count depends on the data, run as a loop on chip)")
     tile_overrides: str = _option("", "per-shape tile choices, JSON {shape key: {field: value}} (the "
                                       "autotuner's; see tiling.txt for the keys)", cli=False)
     time_passes: bool = _option(False, "print wall time and peak memory of every phase: capture, each pass, each "
@@ -90,7 +92,7 @@ class CompileOptions:
     # options that change the compiled program (the compile cache's key); the rest steer output only
     SEMANTIC = ("target", "opt_level", "auto_cast", "auto_cast_type", "fusion", "scheduler", "capture",
                 "disabled_passes", "tile_policy", "memory_planner", "sbuf_budget", "dma_queues", "buffers",
-                "fusion_recompute_weight", "tile_overrides")
+                "fusion_recompute_weight", "tile_overrides", "unroll_trips")
 
     def __post_init__(self) -> None:
         self.disabled_passes = tuple(self.disabled_passes)
@@ -112,7 +114,8 @@ class CompileOptions:
                     raise PassOptionError(f"-O{value}: optimization level must be one of 0, 1, 2, 3")
                 more = " (a plug-in file, --plugin FILE.py, can register more)" if registered else ""
                 raise PassOptionError(f"{f.name}={value!r} is not one of {', '.join(map(str, choices))}{more}")
-        for name, lo, hi in (("sbuf_budget", 0, None), ("dma_queues", 1, None), ("buffers", 2, 4)):
+        for name, lo, hi in (("sbuf_budget", 0, None), ("dma_queues", 1, None), ("buffers", 2, 4),
+                             ("unroll_trips", 0, None)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi and value > hi):
                 bound = f" and <= {hi}" if hi else ""

@@ -238,7 +238,8 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
       ``conv_lhs_dilation_expander``, ``dynamic_slice_expander``, ``scatter_expander``,
       ``gather_expander``, ``integer_dot_expander``, ``canonicalize``, ``auto_cast`` --
       only what lowering needs (the backend lowers straight-line computations: XLA writes a ``call`` per jitted
-      helper; counted loops of at most 16 trips unroll; conditionals compute every branch and select; argmax
+      helper; counted loops of at most ``--unroll-trips`` (16) trips unroll, longer and data-dependent loops run
+      on chip (the ISA's loops); cheap conditionals compute every branch and select, others branch; argmax
       and argmin become two plain reductions; a convolution's base dilation becomes a pad; dynamic slices with
       few possible offsets become selects, and so do gathers with few possible indices; scatters with few
       update positions become masked updates; 8-bit
@@ -257,7 +258,8 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
     options = options or CompileOptions(opt_level=opt_level)
     if opt_level not in OPT_LEVELS:
         raise PassOptionError(f"-O{opt_level}: optimization level must be one of 0, 1, 2, 3")
-    passes: list[PassLike] = [CallInliner(), WhileUnroller(), ConditionalToSelect(), ArgReduceExpander(),
+    passes: list[PassLike] = [CallInliner(), WhileUnroller(options.unroll_trips), ConditionalToSelect(),
+                              ArgReduceExpander(),
                               ConvLhsDilationExpander(), DynamicSliceExpander(), ScatterExpander(),
                               GatherExpander(), IntegerDotExpander(), Canonicalize(),
                               AutoCastPass(options.auto_cast, options.auto_cast_type)]

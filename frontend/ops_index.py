@@ -24,7 +24,7 @@ from .ops_common import is_float, norm_dim, require
 _INDEX = "s64"
 
 
-def _index(b: HloBuilder, idx: Instruction, size: int) -> Instruction:
+def wrap_indices(b: HloBuilder, idx: Instruction, size: int) -> Instruction:
     """Integer indices as s64 with negative ones wrapped into [0, size)."""
     require(not is_float(idx.shape.dtype) and idx.shape.dtype != "pred",
             f"indices must be integers, got {idx.shape.dtype}")
@@ -46,14 +46,14 @@ def embedding(b: HloBuilder, weight: Instruction, indices: Instruction, padding_
               scale_grad_by_freq: bool = False, sparse: bool = False) -> Instruction:
     """Rows of ``weight`` (padding_idx, scale_grad_by_freq and sparse only matter for gradients)."""
     require(weight.shape.rank == 2, f"embedding weight must be 2-D, got {list(weight.shape.dims)}")
-    return take(b, weight, 0, _index(b, indices, weight.shape.dims[0]))
+    return take(b, weight, 0, wrap_indices(b, indices, weight.shape.dims[0]))
 
 
 def index_select(b: HloBuilder, x: Instruction, dim: int, index: Instruction) -> Instruction:
     require(index.shape.rank <= 1, f"index_select takes a 1-D index, got {list(index.shape.dims)}")
     d = norm_dim(dim, x.shape.rank)
     idx = b.reshape(index, [index.shape.size])
-    return take(b, x, d, _index(b, idx, x.shape.dims[d] if x.shape.rank else 1))
+    return take(b, x, d, wrap_indices(b, idx, x.shape.dims[d] if x.shape.rank else 1))
 
 
 def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_grad: bool = False) -> Instruction:
@@ -64,7 +64,7 @@ def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_g
     dims = index.shape.dims
     coords = []
     for a in range(r):
-        c = _index(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
+        c = wrap_indices(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
         coords.append(b.reshape(c, [*dims, 1]))
     return b.gather(x, b.concatenate(coords, r), offset_dims=(), collapsed_slice_dims=tuple(range(r)),
                     start_index_map=tuple(range(r)), index_vector_dim=r, slice_sizes=(1,) * r)
@@ -83,7 +83,7 @@ def index_tensor(b: HloBuilder, x: Instruction,
     batch: tuple[int, ...] = ()
     for _, i in picked:
         batch = broadcast_dims(batch, i.shape.dims)
-    coords = [b.reshape(b.broadcast_to(_index(b, i, x.shape.dims[d]), batch), [*batch, 1]) for d, i in picked]
+    coords = [b.reshape(b.broadcast_to(wrap_indices(b, i, x.shape.dims[d]), batch), [*batch, 1]) for d, i in picked]
     return b.concatenate(coords, len(batch)), [d for d, _ in picked], batch
 
 
@@ -92,7 +92,7 @@ def index(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None]) 
     present = [(d, i) for d, i in enumerate(indices) if i is not None]
     if len(present) == 1 and present[0][1].shape.dtype != "pred":
         d, i = present[0]
-        return take(b, x, d, _index(b, i, x.shape.dims[d]))
+        return take(b, x, d, wrap_indices(b, i, x.shape.dims[d]))
     return _linearized(b, x, present)
 
 
@@ -117,7 +117,7 @@ def _linearized(b: HloBuilder, x: Instruction, present: list[tuple[int, Instruct
     stride = rows
     for (_, i), n in zip(present, sizes, strict=True):
         stride //= n
-        term = b.broadcast_to(_index(b, i, n), batch)
+        term = b.broadcast_to(wrap_indices(b, i, n), batch)
         if stride != 1:
             term = b.binary("multiply", term, b.full(stride, _INDEX, batch))
         linear = term if linear is None else b.binary("add", linear, term)

@@ -16,7 +16,7 @@ from hlo.ir import Instruction, Shape
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import Value, norm_dim, operand, require
-from .ops_index import index, index_tensor, take
+from .ops_index import index, index_tensor, take, wrap_indices
 
 _INDEX = "s64"
 
@@ -82,6 +82,41 @@ def index_put(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | Non
                            index_vector_dim=len(batch), to_apply=combine)
 
 
+def _scatter_elements(b: HloBuilder, x: Instruction, dim: int, index: Instruction, src: Instruction,
+                      add: bool) -> Instruction:
+    """``out[..., index[i, j, ...], ...] = src[i, j, ...]`` along ``dim`` (torch.scatter / scatter_add): one
+    full coordinate per element of ``index`` (the index along ``dim``, ``iota`` along the others), a scatter of
+    single elements whose combiner replaces or adds."""
+    r = x.shape.rank
+    require(index.shape.rank == r, f"scatter index {list(index.shape.dims)} must have the rank of {list(x.shape.dims)}")
+    d = norm_dim(dim, r)
+    dims = index.shape.dims
+    coords = []
+    for a in range(r):
+        c = wrap_indices(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
+        coords.append(b.reshape(c, [*dims, 1]))
+    updates = b.convert(b.slice(src, [(0, n, 1) for n in dims]), x.shape.dtype)
+    scalar = Shape.array(x.shape.dtype, ())
+    combine = b.computation("add_update" if add else "replace", [scalar, scalar],
+                            lambda p: b.binary("add", p[0], p[1]) if add else p[1])
+    return b.emit_inferred("scatter", [x, b.concatenate(coords, r), updates], update_window_dims=(),
+                           inserted_window_dims=tuple(range(r)), scatter_dims_to_operand_dims=tuple(range(r)),
+                           index_vector_dim=r, to_apply=combine)
+
+
+def scatter_src(b: HloBuilder, x: Instruction, dim: int, index: Instruction, src: Instruction) -> Instruction:
+    return _scatter_elements(b, x, dim, index, src, add=False)
+
+
+def scatter_value(b: HloBuilder, x: Instruction, dim: int, index: Instruction, value: Value) -> Instruction:
+    return _scatter_elements(b, x, dim, index, b.broadcast_to(operand(b, value, x.shape.dtype), index.shape.dims),
+                             add=False)
+
+
+def scatter_add(b: HloBuilder, x: Instruction, dim: int, index: Instruction, src: Instruction) -> Instruction:
+    return _scatter_elements(b, x, dim, index, src, add=True)
+
+
 def setitem(b: HloBuilder, x: Instruction, key: Any, value: Value) -> Instruction:
     """fx capture: ``x[key] = value``, as the updated x."""
     items = key if isinstance(key, tuple) else (key,)
@@ -132,4 +167,7 @@ RULES = {
     "aten.slice_scatter.default": slice_scatter,
     "aten.select_scatter.default": select_scatter,
     "aten.index_put.default": index_put,
+    "aten.scatter.src": scatter_src,
+    "aten.scatter.value": scatter_value,
+    "aten.scatter_add.default": scatter_add,
 }

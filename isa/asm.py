@@ -124,7 +124,9 @@ def print_instruction(instr: Instruction) -> str:
     for name in [*instr.operands, *instr.attrs]:
         if name not in known:
             raise ProgramError(f"{where} has no operand or attribute {name!r}")
-    parts = [where]
+    parts = [f"{instr.label}: {where}" if instr.label else where]
+    if instr.label and not _NAME_RE.fullmatch(instr.label):
+        raise ProgramError(f"{where}: label {instr.label!r} is not a name")
     for operand in spec.operands:
         if operand.name in instr.operands:
             parts.append(f"{operand.name}={print_pattern(instr.operands[operand.name])}")
@@ -277,6 +279,7 @@ class _Assembler:
         self.meta: dict[str, int | float | str] = {}
         self.origins: dict[str, Origin] = {}
         self.instructions: list[Instruction] = []
+        self.labels: set[str] = set()
 
     def run(self, text: str) -> Program:
         with _gc_paused():
@@ -432,7 +435,7 @@ class _Assembler:
 
     # -- instructions
     def _instruction(self, tree: Tree, comment: Token | None) -> None:
-        engine_tok, opcode_tok, *items = tree.children
+        label_tok, engine_tok, opcode_tok, *items = tree.children
         if engine_tok not in ENGINES:
             self._fail(f"unknown engine {str(engine_tok)!r}; engines: {', '.join(ENGINES)}", engine_tok)
         spec = OPCODES.get(str(opcode_tok))
@@ -446,7 +449,11 @@ class _Assembler:
         attr_specs = {a.name: a for a in spec.attrs}
         values: dict[str, AccessPattern | int | float | str] = {}
         instr = Instruction(str(engine_tok), spec.name, line=engine_tok.line,
-                            comment=comment[1:].strip() if comment else "")
+                            comment=comment[1:].strip() if comment else "", label=str(label_tok or ""))
+        if label_tok is not None:
+            if str(label_tok) in self.labels:
+                self._fail(f"label {str(label_tok)!r} is defined twice", label_tok)
+            self.labels.add(str(label_tok))
         for item in items:
             if item.data == "waits":
                 instr.waits.extend(self._wait(w) for w in item.children[1:] if w is not None)

@@ -34,6 +34,9 @@ COST_CLASSES = {  # the emulator times each class; figures in shared/docs/machin
     "stream3": "three input tiles streamed: ~3N cycles + ~60 cycles of fixed overhead",
     "dma": "fixed ~1.3 us + bytes / per-queue bandwidth, all queues sharing the core's HBM bandwidth",
     "sync": "a few cycles of the issuing engine",
+    "control": "a register instruction: `control.register_cycles` of the issuing engine",
+    "reg_load": "one SBUF element into a register: `control.reg_load_cycles` of the issuing engine",
+    "branch": "branch, jump, loop: `control.branch_cycles` of the issuing engine (taken or not)",
 }
 
 EXAMPLE = """\
@@ -131,6 +134,30 @@ engines or DMA queues touching overlapping bytes, one writing, with no semaphore
 - Each engine stream runs in order; DMA transfers run in order per queue. Nothing else orders two
   engines: two engines touching overlapping bytes (one writing) with no semaphore chain between them
   is a race, which the emulator's checked mode reports.
+- `sem_reset` sets semaphores back to 0 (control flow below); a wait holds when the semaphore's value
+  since its last reset is at least N.
+
+## Control flow
+
+- Each engine stream has its own register file: `control.registers` (16) int32 registers `r0..r15`,
+  32-bit two's-complement arithmetic. `reg_set` writes an immediate, `reg_op` computes from
+  registers, `reg_load` reads the first element of an SBUF access (an SBUF read like any other: it
+  waits on the writer's semaphore). Reading a register nothing wrote is an error.
+- A label names an instruction: `NAME: ENGINE.OPCODE ...` (in the .neff, the header's `labels`).
+  `branch`, `jump` and `loop` continue their own stream at the labelled instruction, which must be
+  one of the same engine's. Each stream runs its own copy of the control flow: a loop whose body
+  spans several engines has a `loop` (or `branch`) in every participating stream, and every stream
+  must take the same path (the trip count or the predicate reaches each stream through SBUF and a
+  semaphore, e.g. one `reg_load` per stream).
+- Semaphores inside a loop body: either waits that grow with the trip (`sem_wait` waits until a
+  semaphore reaches a register + imm), or a barrier after each trip whose leader `sem_reset`s the
+  body's semaphores, so that the body's waits count from 0 in every trip (the compiler's scheme,
+  backend/control_schedule.py).
+- The emulator runs every executed instruction as its own event: the timeline and the profile show
+  each iteration's instructions, and the race detector orders them across iterations. A backward
+  branch taken more than `control.max_trips` times is a runaway loop (LoopLimitError). A program
+  with control flow is scheduled on every run (a branch may depend on data).
+- A loop's program text is its body once, whatever the trip count.
 """
 
 

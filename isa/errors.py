@@ -43,3 +43,7 @@ class DeadlockError(IsaError):
 
 class InputError(IsaError):
     """Wrong number, shape or dtype of inputs given to a program."""
+
+
+class IndirectIndexError(IsaError):
+    """A dma_indirect with oob=error met an index that takes its row outside the tensor."""

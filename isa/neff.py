@@ -33,6 +33,9 @@ Sections (kind: content), each exactly once:
                 u16 wait count, waits x (u32 semaphore, u32 value); u16 signal count, u32 each.
 4 constants     the raw little-endian C-order bytes of each constant array.
 
+Control flow: the header's optional ``labels`` maps each label (``Instruction.label``, a branch target) to
+its instruction's number; a program without labels has no such key.
+
 External weights (flag bit 0; ``save(..., weights="external")``, or ``auto`` above 16 MiB): the
 constants section is empty, the header's ``constants`` is ``[]`` and its ``weights`` is ``{file,
 id, tensors: [[name, dtype, shape], ...]}``: the safetensors side file beside the .neff
@@ -129,6 +132,9 @@ def encode(program: Program, *, weights: dict[str, Any] | None = None) -> bytes:
         "constants": constant_entries,
         "origins": {name: _origin_entry(name, origin) for name, origin in program.origins.items()},
     }
+    labels = {instr.label: number for number, instr in enumerate(program.instructions) if instr.label}
+    if labels:  # control flow: branch targets (an optional key; absent in straight-line programs)
+        header["labels"] = labels
     if weights is not None:
         header["weights"] = {**weights, "tensors": [[name, isa_dtype_of(a).name, list(np.shape(a))]
                                                     for name, a in program.constants.items()]}
@@ -324,6 +330,13 @@ def decode(data: bytes, *, weights_dir: str | os.PathLike | None = None, verify_
                 raise NeffError(f"malformed program: its {kind} {name!r} is not a declared {kind} tensor")
     program.instructions = _decode_instructions(sections[SECTION_INSTRUCTIONS], list(program.tensors),
                                                 strings, version)
+    labels = header.get("labels", {})
+    count = len(program.instructions)
+    if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, int) and 0 <= v < count
+                                               for k, v in labels.items()):
+        raise _malformed("header", "bad 'labels' (label -> instruction number)")
+    for name, number in labels.items():
+        program.instructions[number].label = name
     if not external:
         program.constants = _decode_constants(sections[SECTION_CONSTANTS], header["constants"])
         return program

@@ -92,6 +92,7 @@ class Instruction:
     line: int | None = None  # source line in the .s text, for error messages
     comment: str = ""
     origin: str = ""  # the HLO instruction or fusion it was emitted for ("" when unknown)
+    label: str = ""  # a branch target name (control flow: branch/jump/loop of the same engine)
 
 
 @dataclass

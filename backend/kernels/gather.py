@@ -1,4 +1,5 @@
-"""Gather kernels (embedding lookup, index_select): a one-hot matmul on PE, exact in fp32 and bf16.
+"""Gather kernels (embedding lookup, index_select): rows by indirect DMA (``_RowGather``), or a one-hot
+matmul on PE, exact in fp32 and bf16, for an epilogue on an integer table.
 
 The indices are runtime data, so no DMA address can be computed at compile time. Instead, per tile of
 at most 128 indices, the indices are broadcast to every partition, clamped into [0, V) as XLA clamps
@@ -24,11 +25,13 @@ from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import simplified
 from backend.kernels.expr import Node
+from backend.kernels.indirect import Offsets, Term, direct_ap, indirect_ap, move_rows
 from backend.layout import View, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from hlo.shape_indexing import gather_dims
 from hlo.shape_util import ShapeInferenceError
+from isa.dtypes import dtype as lookup_dtype
 from isa.program import AccessPattern
 
 TABLE_RESIDENT = 64 * 1024  # bytes per partition under which the whole table stays in SBUF
@@ -76,7 +79,10 @@ def plan_gather(inst: HloInstruction, name: str, operand: View, indices: View, o
     if partial or g.slice_sizes[a] != 1:
         raise CompilationError(f"{where}: gather of partial slices (slice_sizes={list(g.slice_sizes)}) is not "
                                "supported by the backend; whole rows along the non-indexed dimensions are")
-    compute = _compute_dtype(operand, where)
+    try:
+        compute = _compute_dtype(operand, where)
+    except CompilationError:
+        compute = ""  # only the indirect-DMA kernel can take it (gather_kernel decides)
     window = [d for d in range(rank) if d not in g.collapsed_slice_dims]
     out_of = dict(zip(window, g.offset_dims, strict=True))  # operand dim -> out dim
     rest = [d for d in range(rank) if d != a]
@@ -119,7 +125,75 @@ def _compute_dtype(operand: View, where: str) -> str:
 
 
 def gather_kernel(builder: ProgramBuilder, plan: GatherPlan) -> None:
-    _GatherKernel(builder, plan).run()
+    """Rows by indirect DMA (reads only the rows the indices pick); the one-hot matmul for the cases it
+    cannot take (an epilogue on an integer table)."""
+    if not _RowGather.takes(plan):
+        if not plan.compute:
+            _compute_dtype(plan.table, plan.where)  # raises the reason
+        _GatherKernel(builder, plan).run()
+        return
+    _RowGather(builder, plan).run()
+
+
+def _trivial_epilogue(plan: GatherPlan) -> bool:
+    """The epilogue only stores the rows in the table's own type (no arithmetic, no conversion)."""
+    root = plan.epilogue
+    if root.op == "convert" and root.inputs[0].op == "acc":
+        root = root.inputs[0] if root.dtype == plan.table.stored_dtype else root
+    return root.op == "acc" and plan.table.cast is None and plan.out.dtype == plan.table.stored_dtype
+
+
+class _RowGather:
+    """out[b, :] = table[clamp(ids[b], 0, V - 1), :] by dma_indirect: per tile of 128 indices, the clamped
+    indices (GpSimd, exact integer mode) address one table row per partition. Without an epilogue the rows
+    go HBM to HBM; with one they land in SBUF and the epilogue runs on them (the table's stored values as
+    the accumulator)."""
+
+    def __init__(self, builder: ProgramBuilder, plan: GatherPlan):
+        self.b, self.plan = builder, plan
+        self.parts = builder.target.partitions
+        self.table = builder.place(plan.table) if plan.table.is_const else plan.table
+        self.V, self.D = self.table.dims
+        self.B = plan.ids.dims[0]
+        self.direct = _trivial_epilogue(plan)
+        self.cols = min(self.D, 512)
+        self.epilogue = None if self.direct else Epilogue(
+            builder, plan.epilogue, plan.out, 0, 1, plan.name, min(self.parts, self.B), self.cols,
+            builder.options.output_buffers)
+
+    @staticmethod
+    def takes(plan: GatherPlan) -> bool:
+        ids_ok = lookup_dtype(plan.ids.stored_dtype).is_integer and plan.ids.stored_dtype != "pred"
+        floats = plan.table.stored_dtype in ("f32", "bf16", "f16", "fp8e4", "fp8e5")
+        return ids_ok and (floats or _trivial_epilogue(plan))
+
+    def run(self) -> None:
+        b, plan = self.b, self.plan
+        if plan.out.size == 0:
+            return
+        specs = Offsets.specs()
+        if self.epilogue is not None:
+            specs += [PoolSpec("rows", "sbuf", self.cols * itemsize(self.table.stored_dtype), 3)]
+            specs += self.epilogue.specs()
+        pools = b.alloc.begin_kernel(plan.name, specs, plan.where)
+        if self.epilogue is not None:
+            self.epilogue.bind(pools)
+        offsets = Offsets(b, pools, plan.name)
+        row_stride = self.table.strides[0]
+        for b0 in range(0, self.B, self.parts):
+            bw = min(self.parts, self.B - b0)
+            idx = offsets.build([Term(plan.ids, 0, self.V - 1, 1)], b0, bw, clamp=True)
+            if self.epilogue is None:
+                move_rows(b, direct_ap(plan.out, 0, b0, bw, [1]), indirect_ap(self.table, [1], bw, row_stride),
+                          idx, "src", f"{plan.name} b{b0}")
+                continue
+            for c0 in range(0, self.D, self.cols):
+                cw = min(self.cols, self.D - c0)
+                tile = pools["rows"].next().flat(self.table.stored_dtype, bw, cw)
+                part = self.table.slice(((0, self.V, 1), (c0, c0 + cw, 1)))
+                move_rows(b, tile, indirect_ap(part, [1], bw, row_stride), idx, "src", f"{plan.name} b{b0} c{c0}")
+                self.epilogue.run({}, b0, bw, c0, cw, tile, f"{plan.name} b{b0} c{c0}")
+        b.alloc.end_kernel()
 
 
 class _GatherKernel:

@@ -72,10 +72,11 @@ def _scatter(inst: Instruction, ops: list) -> Value:
                      s.scatter_indices_batching_dims, s.index_vector_dim)
     window = [od for od in range(rank) if od not in s.inserted_window_dims + s.input_batching_dims]
     valid = np.ones(shape, np.bool_)
-    index = []
-    for od in range(rank):
+    for od in range(rank):  # every dim checked before any index is masked with the result
         size = shape[s.update_window_dims[window.index(od)]] if od in window else 1
         valid &= (starts[od] >= 0) & (starts[od] <= operands[0].shape[od] - size)
+    index = []
+    for od in range(rank):
         full = starts[od] + (grid[s.update_window_dims[window.index(od)]] if od in window else 0)
         index.append(np.broadcast_to(full, shape)[valid])
     target = tuple(index)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from isa.emulator.checks import Checker
+from isa.emulator.control import ControlScheduler, check_control, has_control
 from isa.emulator.decode import decode_program
 from isa.emulator.kernels import EngineState
 from isa.emulator.memory import Memory
@@ -120,6 +121,8 @@ class Emulator:
             self.state = EngineState(self.target.partitions)
             self.ops = decode_program(program, self.target, self.memory, rules=self.checks != "off",
                                       state=self.state)
+        # control flow (branches, loops): checked statically; every run is scheduled (branches may read data)
+        self.labels = check_control(program, self.target) if has_control(program) else None
         self.replay: list[Callable[[], None]] | None = None  # numerics in the order they ran
         self.profile: Profile | None = None
 
@@ -134,7 +137,7 @@ class Emulator:
             bar = ProgressBar() if progress and sys.stderr.isatty() else None
             try:
                 with np.errstate(all="ignore"):
-                    if self.replay is None or self.checks == "full":
+                    if self.replay is None or self.checks == "full" or self.labels is not None:
                         self._schedule(bar)
                     else:
                         _replay(self.replay, bar)
@@ -147,6 +150,12 @@ class Emulator:
 
     def _schedule(self, bar: ProgressBar | None) -> None:
         observer = Checker(self.program, self.target, self.memory) if self.checks == "full" else None
+        if self.labels is not None:
+            control = ControlScheduler(self.ops, self.target, self.memory, self.labels, observer, bar)
+            timeline = control.run()
+            self.profile = build_profile(self.program, self.target, control.dynamic, timeline)
+            self.replay = control.executed
+            return
         scheduler = Scheduler(self.ops, self.target, observer, bar)
         timeline = scheduler.run()
         self.profile = build_profile(self.program, self.target, self.ops, timeline)

@@ -171,7 +171,8 @@ class Checker:
         agent = len(ENGINES) + op.queue
         vc = self._new_event(agent, (), self.pending[op.queue].popleft())
         self.event_vc[~op.index] = vc
-        self._accesses(op, agent, vc, f"{op.label} (transfer on dma queue {op.queue})")
+        self._accesses(op, agent, vc, f"{op.label} (transfer on dma queue {op.queue})",
+                       op.resolve() if op.resolve else ())
 
     def on_signal(self, op: Op, transfer: bool, sem: int) -> None:
         vc = self.event_vc[~op.index if transfer else op.index]
@@ -215,9 +216,12 @@ class Checker:
 
     # memory accesses -------------------------------------------------------------------------
 
-    def _accesses(self, op: Op, agent: int, vc: np.ndarray, label: str) -> None:
+    def _accesses(self, op: Op, agent: int, vc: np.ndarray, label: str,
+                  resolved: list[tuple[AccessPattern, bool]] | tuple = ()) -> None:
+        """``resolved``: the rows a dma_indirect touches with the index values it reads now."""
         accesses = [make_access(ap, False, label) for ap in op.reads]
         accesses += [make_access(ap, True, label) for ap in op.writes]
+        accesses += [make_access(ap, write, label) for ap, write in resolved]
         for acc in accesses:
             if not acc.write:
                 self._check_initialized(acc)

@@ -11,15 +11,17 @@ whatever numpy says instead of a RuleViolation.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from isa.dtypes import DTYPES
+from isa.emulator.indirect import IndirectTransfer, indirect_effective_bytes
 from isa.emulator.kernels import BUILDERS, Ctx, EngineState, Runner
 from isa.emulator.memory import Memory
 from isa.emulator.rules import RuleChecker, describe, free_size
 from isa.emulator.timing import COSTS, dependent_extra, dma_effective_bytes
 from isa.errors import ProgramError
-from isa.instructions import OPCODES, OpcodeSpec
+from isa.instructions import OPCODES, OpcodeSpec, indirect_side
 from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
@@ -46,6 +48,8 @@ class Op:
     hbm_write: int = 0
     label: str = field(default="", repr=False)
     is_load: bool = False  # load_stationary: may overlap the previous PE instruction
+    # dma_indirect: the HBM rows its index tile selects right now, as (access, writes) pairs (checked mode)
+    resolve: Callable[[], list[tuple[AccessPattern, bool]]] | None = None
 
 
 def _structure(index: int, inst: Instruction) -> OpcodeSpec:
@@ -77,17 +81,20 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         spec = checker.check(index, inst) if checker else _structure(index, inst)
         operands = inst.operands
         kinds = access[inst.opcode]
-        views = {name: view(ap) for name, ap in operands.items()}
-        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r")
-        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w")
+        side = indirect_side(inst.opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
+        views = {name: view(ap) for name, ap in operands.items() if name != side}
+        moved = ("dst", "src") if side else ()  # dma_indirect: its rows come from resolve() at transfer time
+        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r" and name not in moved)
+        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w" and name not in moved)
         duration = COSTS[spec.cost](target, inst) + dependent_extra(target, inst, previous.get(inst.engine))
         previous[inst.engine] = inst
+        indirect = IndirectTransfer(inst, memory, views, describe(index, inst)) if side else None
         op = Op(index=index, inst=inst, engine=inst.engine, opcode=inst.opcode,
                 waits=tuple((int(s), int(v)) for s, v in inst.waits),
                 signals=tuple(int(s) for s in inst.signals),
-                duration=duration, run=BUILDERS[inst.opcode](Ctx(inst, views, state)),
+                duration=duration, run=indirect.run if indirect else BUILDERS[inst.opcode](Ctx(inst, views, state)),
                 reads=reads, writes=writes, label=describe(index, inst),
-                is_load=inst.opcode == "load_stationary")
+                is_load=inst.opcode == "load_stationary", resolve=indirect.resolve if indirect else None)
         if inst.opcode == "load_stationary":
             stationary_k = inst.operands["src"].partitions
         elif inst.opcode == "multiply_moving":
@@ -102,5 +109,13 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             nbytes = src.partitions * free_size(src) * DTYPES[src.dtype].itemsize
             op.hbm_read = nbytes if src.memory == "hbm" else 0
             op.hbm_write = nbytes if dst.memory == "hbm" else 0
+        elif indirect is not None:
+            op.queue = int(inst.attrs.get("queue", 0))
+            op.transfer_bytes = indirect_effective_bytes(target, inst)
+            nbytes = inst.operands[side].nbytes
+            rmw = inst.attrs.get("rmw", "none") != "none"
+            direct = inst.operands["dst" if side == "src" else "src"]
+            op.hbm_read = nbytes * (side == "src" or rmw) + (nbytes if direct.memory == "hbm" and side == "dst" else 0)
+            op.hbm_write = nbytes * (side == "dst") + (nbytes if direct.memory == "hbm" and side == "src" else 0)
         ops.append(op)
     return ops

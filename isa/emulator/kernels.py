@@ -28,7 +28,7 @@ from isa.emulator.numerics import (
     store_wrapped,
 )
 from isa.errors import ProgramError
-from isa.instructions import NO_OP, OPCODES, reduce_axes
+from isa.instructions import CONTROL_OPCODES, NO_OP, OPCODES, reduce_axes
 from isa.program import Instruction
 
 Runner = Callable[[], None]
@@ -428,4 +428,6 @@ BUILDERS: dict[str, Callable[[Ctx], Runner]] = {
     "bn_aggr": _bn_aggr,
     "dma": _dma,
     "nop": _nop,
+    # control flow: registers and branches act on the scheduler's state (isa.emulator.control)
+    **{name: _nop for name in CONTROL_OPCODES},
 }

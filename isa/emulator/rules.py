@@ -16,7 +16,16 @@ from typing import NoReturn
 
 from isa.dtypes import DTYPES
 from isa.errors import ProgramError, RuleViolation
-from isa.instructions import ALL_AXES, NO_OP, OPCODES, OpcodeSpec, allowed_starts, reduce_axes, start_partition_allowed
+from isa.instructions import (
+    ALL_AXES,
+    NO_OP,
+    OPCODES,
+    OpcodeSpec,
+    allowed_starts,
+    indirect_side,
+    reduce_axes,
+    start_partition_allowed,
+)
 from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
@@ -98,7 +107,10 @@ class RuleChecker:
         for sem in [s for s, _ in inst.waits] + list(inst.signals):
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        indirect = indirect_side(inst.opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
         for name, ap in inst.operands.items():
+            if name == indirect:
+                continue
             key = (inst.engine, inst.opcode, name, ap)
             if key not in self.valid_operands:
                 self._operand(who, inst, spec, name, ap)

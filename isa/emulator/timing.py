@@ -100,7 +100,25 @@ def sync(target: Target, inst: Instruction) -> float:
     return target.data["sync_cycles"] / target.clock_ghz(inst.engine)
 
 
+def control(target: Target, inst: Instruction) -> float:
+    """A register instruction (reg_set, reg_op): control.register_cycles at the engine's clock."""
+    return target.data["control"]["register_cycles"] / target.clock_ghz(inst.engine)
+
+
+def reg_load(target: Target, inst: Instruction) -> float:
+    """Reading one SBUF element into a register: control.reg_load_cycles at the engine's clock."""
+    return target.data["control"]["reg_load_cycles"] / target.clock_ghz(inst.engine)
+
+
+def branch(target: Target, inst: Instruction) -> float:
+    """branch, jump, loop: control.branch_cycles (the fetch of the next instruction restarts)."""
+    return target.data["control"]["branch_cycles"] / target.clock_ghz(inst.engine)
+
+
 COSTS: dict[str, Callable[[Target, Instruction], float]] = {
+    "control": control,
+    "reg_load": reg_load,
+    "branch": branch,
     "pe_matmul": pe_matmul,
     "pe_load": pe_load,
     "pe_transpose": pe_transpose,

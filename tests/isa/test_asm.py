@@ -252,7 +252,7 @@ _HEAD = ".target trn1\n.tensor x input f32 [4,4]\n"
 ASM_ERRORS = [
     # (text after _HEAD, the offending token on the last line ("" = end of line), message)
     ("tpu.nop", "tpu", "unknown engine 'tpu'; engines: pe, act, dve, pool, sp"),
-    ("pe.jump", "jump", "unknown opcode 'jump'"),
+    ("pe.leap", "leap", "unknown opcode 'leap'"),
     ("pe.dma dst=sbuf[0:1]@0:f32 src=sbuf[0:1]@0:f32", "dma",
      "opcode 'dma' is not allowed on engine 'pe' (allowed: sp)"),
     ("sp.dma dst=sbuf[0:1]@0:f32 src=sbuf[0:1]@0:f32 speed=3", "speed",

@@ -6,7 +6,8 @@ constant N), direction=LT`` (or ``N > i``), and the body's ROOT ``tuple`` sets e
 ``add(get-tuple-element(state, k), constant s)`` with s > 0. Then the body runs ceil((N - c0) / s) times
 (none if N <= c0), whatever else the state holds. Such a loop of at most ``max_trips`` iterations becomes that
 many ``call``s of the body, chained, which CallInliner then inlines (this pass runs it). Longer loops, and
-loops whose trip count depends on the data, are left for the backend, which refuses them with a typed error.
+loops whose trip count depends on the data, are left for the backend, which runs them with the ISA's loop and
+branch instructions (backend/control.py).
 """
 
 from __future__ import annotations
@@ -14,56 +15,12 @@ from __future__ import annotations
 from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import new_instruction, reachable_computations
-from hlo.ir import Computation, Instruction, Module
+from hlo.ir import Module
+from hlo.while_loop import trip_count
+
+__all__ = ["MAX_TRIPS", "WhileUnroller", "trip_count"]
 
 MAX_TRIPS = 16
-
-
-def _constant_int(inst: Instruction) -> int | None:
-    if inst.opcode != "constant" or inst.literal is None or inst.literal.size != 1:
-        return None
-    if inst.shape.dtype not in ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64"):
-        return None
-    return int(inst.literal.reshape(()))
-
-
-def _element_of_param(inst: Instruction, comp: Computation) -> int | None:
-    """k when ``inst`` is get-tuple-element(parameter(0), index=k) of ``comp``."""
-    if inst.opcode != "get-tuple-element" or inst.operands[0].opcode != "parameter" or \
-            inst.operands[0] not in comp.instructions:
-        return None
-    return int(inst.attrs["index"])
-
-
-def trip_count(loop: Instruction) -> int | None:
-    """The number of times ``loop``'s body runs, when the loop is counted (see the module doc); else None."""
-    cond, body, init = loop.attrs.get("condition"), loop.attrs.get("body"), loop.operands[0]
-    if not isinstance(cond, Computation) or not isinstance(body, Computation) or init.opcode != "tuple":
-        return None
-    root = cond.root
-    if root is None or root.opcode != "compare":
-        return None
-    direction = root.attrs.get("direction")
-    lhs, rhs = root.operands
-    if direction == "GT":
-        lhs, rhs, direction = rhs, lhs, "LT"
-    k, limit = _element_of_param(lhs, cond), _constant_int(rhs)
-    if direction != "LT" or k is None or limit is None or k >= len(init.operands):
-        return None
-    start = _constant_int(init.operands[k])
-    broot = body.root
-    if start is None or broot is None or broot.opcode != "tuple" or k >= len(broot.operands):
-        return None
-    step_inst = broot.operands[k]
-    if step_inst.opcode != "add":
-        return None
-    a, b = step_inst.operands
-    if _element_of_param(b, body) == k:
-        a, b = b, a
-    step = _constant_int(b)
-    if _element_of_param(a, body) != k or step is None or step <= 0:
-        return None
-    return max(0, -(-(limit - start) // step))
 
 
 class WhileUnroller(HloPass):

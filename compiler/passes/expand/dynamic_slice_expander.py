@@ -7,6 +7,9 @@ starts per dimension; a constant start has one. When the possible start combinat
 ``k`` (dynamic-update-slice). Selects move values exactly (NaN and infinities too), so the result is XLA's
 bit for bit; the work grows with the number of candidates, which is why larger cases are left to the backend
 (which refuses them with a typed error).
+
+What the backend lowers directly by indirect DMA (``backend.kernels.indirect.lowers_directly``: rows
+moved by runtime offsets, whatever the number of candidates) is left to it unless ``defer_to_backend=False``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import itertools
 
 import numpy as np
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_inference import format_padding
@@ -31,11 +35,14 @@ def _constant_int(inst: Instruction) -> int | None:
 class DynamicSliceExpander(OpExpanderPass):
     name = "dynamic_slice_expander"
 
-    def __init__(self, max_candidates: int = MAX_CANDIDATES):
+    def __init__(self, max_candidates: int = MAX_CANDIDATES, defer_to_backend: bool = True):
         self.max_candidates = max_candidates
+        # leave what the backend lowers directly by indirect DMA (backend.kernels.indirect.lowers_directly)
+        self.defer_to_backend = defer_to_backend
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode in ("dynamic-slice", "dynamic-update-slice")
+        return inst.opcode in ("dynamic-slice", "dynamic-update-slice")\
+            and not (self.defer_to_backend and lowers_directly(inst))
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         update = inst.opcode == "dynamic-update-slice"

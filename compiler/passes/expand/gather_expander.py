@@ -8,12 +8,16 @@ dimensions' sizes, at most ``MAX_CANDIDATES``) the gather becomes ``select(index
 over the combinations v: the operand slice at v, broadcast to the output, and a mask from the index arrays.
 Selects move values exactly (NaN and infinities too). Gathers of one indexed dimension without batching
 dimensions are the backend's gather kernel's; other gathers are left for the backend, which refuses them.
+
+What the backend lowers directly by indirect DMA (``backend.kernels.indirect.lowers_directly``: rows
+moved by runtime offsets, whatever the number of candidates) is left to it unless ``defer_to_backend=False``.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import gather_dims
@@ -24,11 +28,14 @@ MAX_CANDIDATES = 64
 class GatherExpander(OpExpanderPass):
     name = "gather_expander"
 
-    def __init__(self, max_candidates: int = MAX_CANDIDATES):
+    def __init__(self, max_candidates: int = MAX_CANDIDATES, defer_to_backend: bool = True):
         self.max_candidates = max_candidates
+        # leave what the backend lowers directly by indirect DMA (backend.kernels.indirect.lowers_directly)
+        self.defer_to_backend = defer_to_backend
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode == "gather"
+        return inst.opcode == "gather"\
+            and not (self.defer_to_backend and lowers_directly(inst))
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices = inst.operands

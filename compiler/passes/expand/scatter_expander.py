@@ -8,12 +8,16 @@ over the operand. Combiners: any of add, multiply, maximum, minimum, and, or of 
 the update" (replace). Indexed operand dimensions must have window size 1 and the others full windows; at most
 ``MAX_POSITIONS`` positions; no batching dimensions. Other scatters are left for the backend, which refuses
 them with a typed error.
+
+What the backend lowers directly by indirect DMA (``backend.kernels.indirect.lowers_directly``: rows
+moved by runtime offsets, whatever the number of candidates) is left to it unless ``defer_to_backend=False``.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from backend.kernels.indirect import lowers_directly
 from compiler.passes.expand.op_expander import Expansion, OpExpanderPass
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec
 from hlo.shape_indexing import scatter_dims
@@ -39,11 +43,14 @@ def combiner_op(comp: Computation) -> str | None:
 class ScatterExpander(OpExpanderPass):
     name = "scatter_expander"
 
-    def __init__(self, max_positions: int = MAX_POSITIONS):
+    def __init__(self, max_positions: int = MAX_POSITIONS, defer_to_backend: bool = True):
         self.max_positions = max_positions
+        # leave what the backend lowers directly by indirect DMA (backend.kernels.indirect.lowers_directly)
+        self.defer_to_backend = defer_to_backend
 
     def matches(self, inst: Instruction) -> bool:
-        return inst.opcode == "scatter" and len(inst.operands) == 3
+        return inst.opcode == "scatter" and len(inst.operands) == 3\
+            and not (self.defer_to_backend and lowers_directly(inst))
 
     def _expand(self, module: Module, comp: Computation, inst: Instruction) -> bool:
         x, indices, updates = inst.operands
