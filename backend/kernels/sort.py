@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from backend.alloc import Pool, PoolSpec, Tile
@@ -44,6 +44,7 @@ from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
 MAX_INDEX = 1 << 24  # indices are carried as f32
+CHUNK = 1024  # elements (pairs) per evaluation: the temporaries are this wide, whatever the row length
 
 
 @dataclass
@@ -127,7 +128,8 @@ class SortKernel:
         self.index = len(self.dtypes) - 1
         self.carried = sorted(set(range(self.k)) | set(self.derived_at) | {self.index})
         self.root = self._swap_expression()
-        self.temps = Temporaries(f"{name}.t", max(self.N, 1))
+        self.chunk = min(max(self.N // 2, 1), CHUNK)
+        self.temps = Temporaries(f"{name}.t", self.chunk)
 
     def _swap_expression(self) -> Node:
         """Whether a pair (X, Y) is exchanged, over leaves X/Y of the carried arrays."""
@@ -160,17 +162,17 @@ class SortKernel:
         b, N = self.b, self.N
         if self.n == 0 or self.layout.rows == 0 or any(d == 0 for d in self.layout.loops):
             return
-        parts = min(b.target.partitions, self.layout.rows)
+        parts, chunk = min(b.target.partitions, self.layout.rows), self.chunk
         for d in self.cmp.derived:
             if d.node is not None:
-                self.temps.measure(lambda bb, t, d=d: TileEvaluator(bb, t, parts, N, {id(d.source): dry_operand("T")},
+                self.temps.measure(lambda bb, t, d=d: TileEvaluator(bb, t, parts, chunk,
+                                                                    {id(d.source): dry_operand("T")},
                                                                     ).run(d.node, dry_operand("T").ap))
-        half = max(1, N // 2)
-        self.temps.measure(lambda bb, t: TileEvaluator(bb, t, parts, half, {id(n): dry_operand("T") for n in
-                                                                            self.side_leaves.values()}
+        self.temps.measure(lambda bb, t: TileEvaluator(bb, t, parts, chunk, {id(n): dry_operand("T") for n in
+                                                                             self.side_leaves.values()}
                                                        ).run(self.root, dry_operand("T").ap))
         specs = [PoolSpec(f"a{i}", "sbuf", N * max(4, itemsize(self.dtypes[i])), 2) for i in self.carried]
-        specs += [PoolSpec("swap", "sbuf", half * 4, 2)] + self.temps.specs()
+        specs += [PoolSpec("swap", "sbuf", chunk * 4, 2)] + self.temps.specs()
         if not b.alloc.fits(specs):
             raise CompilationError(f"{self.where}: a sort of {self.n} elements per row ({len(self.carried)} arrays "
                                    f"carried) does not fit in SBUF")
@@ -196,8 +198,11 @@ class SortKernel:
             src = bufs[d.operand][0].flat(self.dtypes[d.operand], pw, N)
             value = bufs[at][1].flat(d.value_dtype, pw, N) if d.total_order else bufs[at][0].flat(d.dtype, pw, N)
             if d.node is not None:
-                TileEvaluator(b, self.temps.store(), pw, N, {id(d.source): Tensor(src)},
-                              label=f"{label} derived").run(d.node, value)
+                for c0 in range(0, N, self.chunk):  # elementwise: in chunks as wide as the temporaries
+                    cw = min(self.chunk, N - c0)
+                    part = (lambda ap, c0=c0, cw=cw: _flat_part(ap, c0, cw))
+                    TileEvaluator(b, self.temps.store(), pw, cw, {id(d.source): Tensor(part(src))},
+                                  label=f"{label} derived {c0}").run(d.node, part(value))
             else:
                 value = src
             if d.total_order:
@@ -223,15 +228,22 @@ class SortKernel:
             return bufs[i][buf].ap(self.dtypes[i], pw, pattern, start + (j if upper else 0))
 
         x_upper = not descending  # ascending blocks: X is the upper element
-        leaves = {id(node): Tensor(view(i, cur, (side == "X") == x_upper))
-                  for (i, side), node in self.side_leaves.items()}
-        swap = pools["swap"].next().flat("f32", pw, pairs)
         tag = f"{label} s{s} j{j}{' desc' if descending else ''}"
-        TileEvaluator(b, self.temps.store(), pw, pairs, leaves, label=tag).run(self.root, swap)
-        for i in self.carried:
-            lo, hi = view(i, cur, False), view(i, cur, True)
-            b.select(view(i, 1 - cur, False), swap, hi, lo, f"{tag} lower {i}")
-            b.select(view(i, 1 - cur, True), swap, lo, hi, f"{tag} upper {i}")
+        for offset, piece in split_pattern(pattern, self.chunk):
+            def part(ap: AccessPattern, piece=piece, offset=offset) -> AccessPattern:
+                return replace(ap, offset=ap.offset + offset * ap.itemsize, pattern=tuple(piece))
+
+            count = math.prod(c for _, c in piece)
+            leaves = {id(node): Tensor(part(view(i, cur, (side == "X") == x_upper)))
+                      for (i, side), node in self.side_leaves.items()}
+            swap = pools["swap"].next().flat("f32", pw, count)
+            where = f"{tag} @{offset}" if count < pairs else tag
+            TileEvaluator(b, self.temps.store(), pw, count, leaves, label=where).run(self.root, swap)
+            for i in self.carried:
+                lo, hi = part(view(i, cur, False)), part(view(i, cur, True))
+                b.select(part(view(i, 1 - cur, False)), swap, hi, lo, f"{where} lower {i}")
+                b.select(part(view(i, 1 - cur, True)), swap, lo, hi, f"{where} upper {i}")
+
 
 def total_order_keys(b: ProgramBuilder, dst: AccessPattern, value: AccessPattern, label: str) -> None:
     """dst (signed integers of the float's width) = the float bits of `value`, negative ones with their
@@ -243,6 +255,25 @@ def total_order_keys(b: ProgramBuilder, dst: AccessPattern, value: AccessPattern
            {"op": "shift_right_arith", "scalar": float(width - 1), "op1": "bitwise_and",
             "scalar1": float((1 << (width - 1)) - 1), "math": "int"}, dst=dst, src=bits)
     b.emit("pool", "tensor_tensor", f"{label} flip", {"op": "bitwise_xor", "math": "int"}, dst=dst, a=bits, b=dst)
+
+
+def split_pattern(pattern: list[tuple[int, int]], limit: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """`pattern` (free dims, outermost first) as pieces of at most `limit` elements: (element offset, pattern)."""
+    total = math.prod(c for _, c in pattern)
+    if total <= limit:
+        return [(0, list(pattern))]
+    (stride, count), inner = pattern[0], list(pattern[1:])
+    inner_size = math.prod(c for _, c in inner) if inner else 1
+    if inner_size <= limit:
+        group = max(1, limit // inner_size)
+        return [(k * stride, [(stride, min(group, count - k))] + inner) for k in range(0, count, group)]
+    if not inner:  # one long run
+        return [(k * stride, [(stride, min(limit, count - k))]) for k in range(0, count, limit)]
+    return [(k * stride + off, piece) for k in range(count) for off, piece in split_pattern(inner, limit)]
+
+
+def _flat_part(ap: AccessPattern, start: int, count: int) -> AccessPattern:
+    return replace(ap, offset=ap.offset + start * ap.itemsize, pattern=((1, count),))
 
 
 def _substitute(root: Node, memo: dict[int, Node]) -> Node:

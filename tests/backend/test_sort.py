@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import compiler
+from backend.kernels import sort as sort_kernel
 from compiler.errors import CompilationError
 from hlo.interpreter import evaluate
 from hlo.parser import parse_module
@@ -174,3 +175,20 @@ def test_topk_long_rows_are_split_over_partitions():
     x[1, 4990:] = 9.0  # ties near the end of a row, in the last (partial) partition
     x[2, :] = 1.5
     _check(topk_text("f32", (3, 5000), 12), [x])
+
+
+@pytest.mark.parametrize("cmp", ["jax", "lt"])
+def test_passes_split_into_chunks_match(monkeypatch, cmp):
+    """Every pass evaluated in pieces of at most 4 pairs (as long rows are, in pieces of 1024)."""
+    monkeypatch.setattr(sort_kernel, "CHUNK", 4)
+    x = _values("f32", (3, 37), seed=13, special=cmp == "jax")
+    _check(sort_text(["f32"], (3, 37), 1, cmp), [x], levels=(2,))
+
+
+@pytest.mark.slow
+def test_long_rows_are_sorted_in_chunks():
+    """N = 4096: every pass is evaluated in pieces of at most 1024 pairs (the temporaries stay small)."""
+    x = np.random.default_rng(12).standard_normal((2, 3000)).astype(np.float32)
+    x[:, 100:200] = 0.25  # ties
+    got = compiler.compile(sort_text(["f32"], (2, 3000), 1, "lt"), opt_level=2).run(x, check=True)[0]
+    np.testing.assert_array_equal(got, np.sort(x, axis=1))

@@ -18,8 +18,6 @@ from tests.fuzz.opcodes import GENERATORS, OPCODES, mismatch, opcode_case, run_o
 # crash): opcode -> why. The slow test skips them; benchmarks/fuzz.py --per-opcode reports them.
 KNOWN_FAILURES: dict[str, str] = {
     "dot": "s8 x s8 -> s8 saturates at 127 where XLA wraps (compiler/passes/expand/integer_dot_expander.py)",
-    "gather": "a table holding inf or NaN gives NaN in every row it picks (the rows are picked by an fp32 one-hot "
-              "matmul, 0 * inf = NaN: backend/kernels/gather.py)",
 }
 
 
