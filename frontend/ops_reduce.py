@@ -181,7 +181,12 @@ def _arg_reducer(b: HloBuilder, value_dtype: str, direction: str):
     def body(p: list[Instruction]) -> Instruction:
         v0, i0, v1, i1 = p
         better = b.compare(v1, v0, direction)
-        tie = b.binary("and", b.compare(v1, v0, "EQ"), b.compare(i1, i0, "LT"))
+        same = b.compare(v1, v0, "EQ")
+        if is_float(value_dtype):  # NaN is the extreme of both argmax and argmin, as in torch
+            nan0, nan1 = b.compare(v0, v0, "NE"), b.compare(v1, v1, "NE")
+            better = b.binary("or", better, b.binary("and", nan1, b.unary("not", nan0)))
+            same = b.binary("or", same, b.binary("and", nan0, nan1))
+        tie = b.binary("and", same, b.compare(i1, i0, "LT"))
         take = b.binary("or", better, tie)
         return b.tuple([b.select(take, v1, v0), b.select(take, i1, i0)])
 

@@ -30,6 +30,7 @@ from backend.kernels import integer
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
 from backend.layout import View
 from hlo.errors import CompilationError
+from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
 
@@ -45,7 +46,7 @@ class PVec:
 
 @dataclass(frozen=True)
 class Scalar:
-    value: float
+    value: float | int  # an int for integer immediates (exact beyond 2^53)
 
 
 Operand = Tensor | PVec | Scalar
@@ -79,11 +80,13 @@ FOLD = {
 class TempStore:
     """Free lists of full [pw, fw] and vector [pw, 1] temporaries for one tile (dry: unlimited, counted)."""
 
-    def __init__(self, full: list[Tile] | None, vec: list[Tile] | None):
+    def __init__(self, full: list[Tile] | None, vec: list[Tile] | None, item: int = 4):
         self.dry = full is None
+        self.item = item  # bytes per element the temporaries hold
         self.free = {"T": list(reversed(full or [])), "V": list(reversed(vec or []))}
         self.peak = {"T": 0, "V": 0}
         self.live = {"T": 0, "V": 0}
+        self.widest = 4  # bytes of the widest element a temporary held (8: 64-bit integers)
 
     @staticmethod
     def rotating(pool: Pool) -> TempStore:
@@ -95,7 +98,10 @@ class TempStore:
 
     pool: Pool | None = None
 
-    def take(self, kind: str, where: str) -> Tile:
+    def take(self, kind: str, where: str, dtype: str = "f32") -> Tile:
+        self.widest = max(self.widest, isa_dtype(dtype).itemsize)
+        if not self.dry and self.pool is None and isa_dtype(dtype).itemsize > self.item:
+            raise CompilationError(f"{where}: internal error: a {dtype} temporary in {self.item}-byte slots")
         self.live[kind] += 1
         self.peak[kind] = max(self.peak[kind], self.live[kind])
         if self.dry:
@@ -188,13 +194,13 @@ class TileEvaluator:
 
     # -- temporaries ----------------------------------------------------------------------------------------
     def _new(self, node: Node, kind: str) -> AccessPattern:
-        tile = self.temps.take(kind, where_of(node))
+        tile = self.temps.take(kind, where_of(node), node.dtype)
         self._owned[id(node)] = (kind, tile)
         return tile.flat(node.dtype, self.pw, self.fw if kind == "T" else 1)
 
     def _scratch(self, kind: str, dtype: str = "f32") -> AccessPattern:
         """A temporary for the instruction being built, returned by `_release_extra`."""
-        tile = self.temps.take(kind, self.label)
+        tile = self.temps.take(kind, self.label, dtype)
         self._extra.append((kind, tile))
         return tile.flat(dtype, self.pw, self.fw if kind == "T" else 1)
 
@@ -257,7 +263,7 @@ class TileEvaluator:
         self._memo[key] = result
         return result
 
-    def _fold(self, node: Node) -> float:
+    def _fold(self, node: Node) -> float | int:
         if node.op == "scalar":
             return node.value
         if integer.is_int_node(node) and node.op not in REDUCE_OPS:
@@ -285,7 +291,7 @@ class TileEvaluator:
     def _materialize(self, operand: Operand, dst: AccessPattern) -> None:
         b = self.b
         if isinstance(operand, Scalar):
-            b.memset(dst, operand.value, f"{self.label} fill")
+            b.memset(dst, operand.value, f"{self.label} fill")  # exact for integer dsts (ProgramBuilder.memset)
         elif isinstance(operand, PVec) and dst.free_size != 1:
             b.memset(dst, 0.0, f"{self.label} zero")
             if integer.is_integer(dst.dtype) and integer.is_integer(operand.ap.dtype):
@@ -421,8 +427,8 @@ class TileEvaluator:
         if args["scalar_vec"] is not None and not self.temps.dry and not integer.is_integer(args["scalar_vec"].dtype):
             raise CompilationError(f"{where_of(other)}: internal error: a float vector operand "
                                    f"({args['scalar_vec'].dtype}) of an integer op")
-        self._int_emit("tensor_scalar", label, {"op": op, "scalar": float(args["scalar"])}, dst=out, src=src,
-                       scalar_vec=args["scalar_vec"])
+        self._int_emit("tensor_scalar", label, {"op": op, **integer.immediate_attrs(args["scalar"])}, dst=out,
+                       src=src, scalar_vec=args["scalar_vec"])
 
     def _int_emit(self, opcode: str, label: str, attrs: dict, **operands: AccessPattern | None) -> None:
         if any(ap is not None and ap.memory == "psum" for ap in operands.values()):
@@ -557,6 +563,7 @@ class Temporaries:
         self.name = name
         self.fmax = fmax
         self.n_full = self.n_vec = 0
+        self.item = 4  # bytes per element: 8 when an evaluation holds 64-bit integers
         self._pools: tuple[Pool, Pool] | None = None
         self._turn = 0
 
@@ -566,10 +573,11 @@ class Temporaries:
         evaluate(_Null(), temps)
         self.n_full = max(self.n_full, temps.peak["T"])
         self.n_vec = max(self.n_vec, temps.peak["V"])
+        self.item = max(self.item, temps.widest)
 
     def specs(self) -> list[PoolSpec]:
-        return [PoolSpec(f"{self.name}_full", "sbuf", self.fmax * 4, 2 * max(1, self.n_full)),
-                PoolSpec(f"{self.name}_vec", "sbuf", 4, 2 * max(1, self.n_vec))]
+        return [PoolSpec(f"{self.name}_full", "sbuf", self.fmax * self.item, 2 * max(1, self.n_full)),
+                PoolSpec(f"{self.name}_vec", "sbuf", self.item, 2 * max(1, self.n_vec))]
 
     def bind(self, pools: dict[str, Pool]) -> None:
         self._pools = (pools[f"{self.name}_full"], pools[f"{self.name}_vec"])
@@ -581,7 +589,7 @@ class Temporaries:
         t = self._turn % 2
         self._turn += 1
         nf, nv = max(1, self.n_full), max(1, self.n_vec)
-        return TempStore(full.tiles[t * nf:(t + 1) * nf], vec.tiles[t * nv:(t + 1) * nv])
+        return TempStore(full.tiles[t * nf:(t + 1) * nf], vec.tiles[t * nv:(t + 1) * nv], self.item)
 
 
 def dry_operand(kind: str) -> Operand:
