@@ -48,7 +48,8 @@ def selected_ops(only: list[str] | None):
     names = supported_names()
     for op in op_db:
         base = op.name.split(".")[-1]
-        if only and op.name not in only:
+        full = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+        if only and op.name not in only and full not in only:
             continue
         if base in names or op.aten_name in names:
             yield op

@@ -133,7 +133,8 @@ def _truth(kind: str):
     def rule(b: HloBuilder, x: Instruction, dim: Any = None, keepdim: bool = False) -> Instruction:
         dims = norm_dims(dim, x.shape.rank)
         p = b.convert(x, "pred")
-        return _finish(b, b.reduce(p, dims, kind), p, dims, keepdim)
+        out = _finish(b, b.reduce(p, dims, kind), p, dims, keepdim)
+        return b.convert(out, "u8") if x.shape.dtype == "u8" else out  # torch keeps uint8 for uint8 inputs
 
     rule.__name__ = {"or": "any", "and": "all"}[kind]
     return rule
@@ -208,6 +209,10 @@ def _arg_reduce(b: HloBuilder, x: Instruction, d: int, kind: str) -> tuple[Instr
 def _argext(kind: str):
     """argmax / argmin along ``dim`` (over the flattened tensor when dim is None)."""
     def rule(b: HloBuilder, x: Instruction, dim: int | None = None, keepdim: bool = False) -> Instruction:
+        if x.shape.rank == 0:  # the one element is the extreme: index 0
+            if dim is not None:
+                norm_dim(dim, 0)
+            return b.scalar(0, "s64")
         if dim is None:
             flat = b.reshape(x, [x.shape.size])
             _, idx = _arg_reduce(b, flat, 0, kind)
@@ -224,6 +229,8 @@ def _extreme_dim(kind: str):
     """max.dim / min.dim: (values, indices) along one dim."""
     def rule(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False) -> tuple[Instruction, Instruction]:
         d = norm_dim(dim, x.shape.rank)
+        if x.shape.rank == 0:  # a 0-d tensor is its own extreme, at index 0
+            return x, b.scalar(0, "s64")
         values, idx = _arg_reduce(b, x, d, kind)
         return _finish(b, values, x, [d], keepdim), _finish(b, idx, x, [d], keepdim)
 
