@@ -30,6 +30,7 @@ from backend.kernels import integer
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, walk, where_of
 from backend.layout import View
 from hlo.errors import CompilationError
+from isa.dtypes import WIDE_INTEGERS
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
@@ -520,12 +521,22 @@ class TileEvaluator:
             cm = view.strides[c.p_axis]
         form = self._iota_form(node)
         engine = self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
+        if out.dtype in WIDE_INTEGERS:
+            engine = "pool"  # 64-bit integers: GpSimd only
         if form in ("vector", "ramp"):
             self.b.iota(out, int(base), int(cm), f"{self.label} iota", engine=engine)
             return
         if form == "table":  # the kernels read such iotas as constants (elementwise._iotas_as_constants)
             raise CompilationError(f"{where_of(node)}: internal error: an iota over several free axes of a tile")
         stride = next(view.strides[a] for a, _, n in c.free if n > 1)
+        if integer.is_integer(out.dtype):  # exact: the ramp times its stride plus the base, on GpSimd
+            vec = self._scratch("V", out.dtype)
+            self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine="pool")
+            self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine="pool")
+            self._int_emit("tensor_scalar", f"{self.label} iota stride",
+                           {"op": "multiply", **integer.immediate_attrs(stride), "op1": "add", "scalar1": 0.0},
+                           dst=out, src=out, scalar1_vec=vec)
+            return
         vec = self._scratch("V")
         self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine=engine)
         self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
