@@ -1,5 +1,6 @@
 """torch's dtype rules through the frontend, against torch eager: reductions of 0-d tensors, integer division
-with rounding modes, floor/ceil of integers, bool arithmetic, any/all of uint8, argmax/argmin (NaN first, int64
+with rounding modes, floor/ceil of integers, bool arithmetic, any/all of uint8, replicate padding with
+negative sides, argmax/argmin (NaN first, int64
 values beyond 2^31)."""
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ CASES = {
     "bool arithmetic": (lambda x, y: (x + y, x * y, torch.outer(x, y), torch.sign(x)),
                         [torch.tensor([True, False, True]), torch.tensor([True, True, False])]),
     "any/all of uint8": (lambda x: (x.any(), x.all(1)), [torch.tensor([[0, 3], [1, 1]], dtype=torch.uint8)]),
+    "replicate pad with negative sides": (lambda x: (torch.nn.functional.pad(x, (-4, 5, 2, -1), "replicate"),
+                                                    torch.nn.functional.pad(x, (1, -2), "replicate")),
+                                          [torch.arange(24.0).reshape(1, 1, 4, 6)]),
     "argmax NaN and int64": (lambda x, i: (torch.argmax(x, 1), torch.argmin(x, 1), torch.argmax(i), *i.min(0)),
                              [torch.tensor([[1.0, float("nan"), 3.0], [2.0, 5.0, 5.0]]),
                               torch.tensor([[3, 2**40], [-2**50, 7]])]),
