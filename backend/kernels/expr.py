@@ -183,6 +183,8 @@ def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = 
         return Node("relu", dtype, (b,), inst=inst)
     if op == "atan2":
         return _atan2(a, b, dtype, inst)
+    if op == "pow" and dtype in INT_DTYPES and dtype != PRED:
+        return _int_power(a, b, dtype, inst)
     if op not in ALU_BINARY:
         raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: binary op {op!r} has no instruction mapping")
     return Node(op, dtype, (a, b), inst=inst)
@@ -308,3 +310,28 @@ def _popcnt(x: Node, dtype: str, inst: HloInstruction | None) -> Node:
 def _mask(byte: int, bits: int) -> int:
     """A byte repeated over `bits`, as a value of the signed type of that width (positive here)."""
     return int.from_bytes(bytes([byte]) * (bits // 8), "little")
+
+
+def _int_power(x: Node, y: Node, dtype: str, inst: HloInstruction | None) -> Node:
+    """Integer x ** y exactly (ints): square-and-multiply over every bit of y in GpSimd's integer mode, where each
+    multiply wraps to the type. A negative y gives XLA's result: 1 for x == 1, +-1 for x == -1 (by y's parity),
+    0 otherwise."""
+    def n(op: str, *inputs: Node, t: str = dtype) -> Node:
+        return Node(op, t, inputs, inst=inst)
+
+    def imm(v: int) -> Node:
+        return scalar(v, dtype, inst)
+
+    bits = isa_dtype(dtype).itemsize * 8
+    result, base = imm(1), x
+    for k in range(bits):
+        bit = n("bitwise_and", n("shift_right_logical", y, imm(k)) if k else y, imm(1))
+        result = n("select", n("not_equal", bit, imm(0), t=PRED), n("multiply", result, base), result)
+        if k + 1 < bits:
+            base = n("multiply", base, base)
+    if dtype in UNSIGNED_DTYPES:
+        return result
+    odd = n("not_equal", n("bitwise_and", y, imm(1)), imm(0), t=PRED)
+    negative = n("select", n("is_equal", x, imm(1), t=PRED), imm(1),
+                 n("select", n("is_equal", x, imm(-1), t=PRED), n("select", odd, imm(-1), imm(1)), imm(0)))
+    return n("select", n("is_lt", y, imm(0), t=PRED), negative, result)
