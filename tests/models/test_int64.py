@@ -60,3 +60,13 @@ def test_int64_embedding_indices_and_large_values_through_run():
     np.testing.assert_allclose(vectors, emb(ids).detach().numpy(), rtol=1e-6)
     assert scaled.dtype == np.int64
     np.testing.assert_array_equal(scaled, (ids * offset).numpy())
+
+
+class Scan(torch.nn.Module):
+    def forward(self, a):
+        return torch.cumsum(a, 1), torch.sort(a, 1)[0]
+
+
+def test_int64_cumsum_and_sort_beyond_32_bits():
+    a = torch.tensor([[2**40, -2**62, 5, 7], [-9, 3, 2**62, 11]], dtype=torch.int64)
+    _check(Scan(), a)
