@@ -202,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write one JSON record per sample to this file")
     ap.add_argument("--top", type=int, default=25, help="failure categories to print")
     ap.add_argument("--rerun-failing", metavar="JSONL",
-                    help="re-run only the (op, dtype) pairs with a sample not ok in this earlier --json file; the "
-                         "other pairs' records are carried over from it (a quick after-figure on a busy machine)")
+                    help="re-run only the (op, dtype) pairs (of --ops/--dtypes) with a sample not ok in this earlier "
+                         "--json file; the other pairs' records are carried over from it (a quick after-figure)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
     only = args.op + [o for o in args.ops.split(",") if o]
@@ -218,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.rerun_failing:
         earlier = [json.loads(line) for line in Path(args.rerun_failing).read_text().splitlines() if line]
         failing = {(r["op"], r["dtype"]) for r in earlier if r["status"] not in ("ok", "skipped")}
-        records = [r for r in earlier if (r["op"], r["dtype"]) not in failing]
         pairs = [p for p in pairs if ((f"{p[0]}.{p[1]}" if p[1] else p[0]), p[2]) in failing]
+        rerun = {((f"{p[0]}.{p[1]}" if p[1] else p[0]), p[2]) for p in pairs}
+        records = [r for r in earlier if (r["op"], r["dtype"]) not in rerun]
         print(f"re-running {len(pairs)} (op, dtype) pairs; {len(records)} samples carried over from "
               f"{args.rerun_failing}", flush=True)
     if args.jobs > 1:
