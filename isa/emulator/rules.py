@@ -48,7 +48,8 @@ ENGINE_MEMORIES: dict[str, tuple[str, ...]] = {
 # ints: 8-byte integers live in SBUF/HBM; GpSimd computes on them in its integer mode (or converts them, or
 # moves them by select), DMA moves their bytes. No fp32 engine (PE, ACT, DVE) touches them.
 WIDE_INTEGER_OPS = frozenset({("pool", "tensor_tensor"), ("pool", "tensor_scalar"), ("pool", "tensor_copy"),
-                              ("pool", "select"), ("pool", "memset"), ("pool", "iota"), ("sp", "dma")})
+                              ("pool", "select"), ("pool", "memset"), ("pool", "iota"), ("sp", "dma"),
+                              ("sp", "dma_indirect")})
 
 ATTR_KINDS: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
 

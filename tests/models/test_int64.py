@@ -70,3 +70,13 @@ class Scan(torch.nn.Module):
 def test_int64_cumsum_and_sort_beyond_32_bits():
     a = torch.tensor([[2**40, -2**62, 5, 7], [-9, 3, 2**62, 11]], dtype=torch.int64)
     _check(Scan(), a)
+
+
+class Pick(torch.nn.Module):
+    def forward(self, x, i):
+        return torch.index_select(x, 0, i), torch.flip(x, [1])
+
+
+def test_int64_rows_moved_by_indirect_dma_keep_their_bytes():
+    x = torch.tensor([[2**40, -5, 3], [7, 2**62, -2**63]], dtype=torch.int64)
+    _check(Pick(), x, torch.tensor([1, 0, 1]))
