@@ -6,6 +6,7 @@ are appended without semaphores; `schedule.py` later orders each engine's stream
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import fields, replace
@@ -18,6 +19,7 @@ from backend.layout import Buffer, View, itemsize
 from backend.options import BackendOptions
 from backend.registry import KernelShape, kernel_options
 from backend.residency import Image, ResidencyMismatch, Survey
+from isa.dtypes import WIDE_INTEGERS, immediate
 from isa.dtypes import dtype as isa_dtype
 from isa.instructions import DMA_OPCODES, indirect_side, start_partition_allowed
 from isa.program import AccessPattern, Instruction, Program
@@ -181,6 +183,8 @@ class ProgramBuilder:
                          acc=acc)
 
     def _alu_engine(self, *aps: AccessPattern | None) -> str:
+        if any(ap is not None and ap.dtype in WIDE_INTEGERS for ap in aps):
+            return "pool"  # 64-bit integers: GpSimd only (docs/integer-semantics.md)
         return "dve" if any(ap is not None and ap.memory == "psum" for ap in aps) \
             else self.pick_engine(("dve", "pool"))
 
@@ -211,7 +215,9 @@ class ProgramBuilder:
         return self.emit("dve", "tensor_reduce", comment, attrs, dst=dst, src=src)
 
     def memset(self, dst: AccessPattern, value: float, comment: str = "") -> Instruction:
-        return self.emit(self._alu_engine(dst), "memset", comment, {"value": float(value)}, dst=dst)
+        exact = isa_dtype(dst.dtype).is_integer and math.isfinite(value) and value == int(value)
+        attrs = immediate(int(value), "value") if exact else {"value": float(value)}
+        return self.emit(self._alu_engine(dst), "memset", comment, attrs, dst=dst)
 
     def iota(self, dst: AccessPattern, base: int, channel_multiplier: int, comment: str = "",
              engine: str = "pool") -> Instruction:
@@ -226,6 +232,8 @@ class ProgramBuilder:
         (round=zero); integer -> another integer type wraps on GpSimd (math=int)."""
         if "psum" in (dst.memory, src.memory):
             engines = tuple(e for e in engines if e != "pool")
+        if WIDE_INTEGERS & {dst.dtype, src.dtype}:
+            engines = ("pool",)  # 64-bit integers: GpSimd only (moves, converts)
         dst_int, src_int = isa_dtype(dst.dtype).is_integer, isa_dtype(src.dtype).is_integer
         if dst_int and src_int and dst.dtype != src.dtype and "psum" not in (dst.memory, src.memory):
             return self.emit("pool", "tensor_copy", comment, {"math": "int"}, dst=dst, src=src)

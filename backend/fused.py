@@ -12,12 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from backend.kernels import expr
 from backend.kernels.expr import Node
 from backend.layout import View, isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, SliceSpec
 from hlo.opcodes import custom_call_target, is_elementwise
+from isa.dtypes import dtype as isa_dtype
 
 LAYOUT_OPS = ("parameter", "constant", "tuple", "get-tuple-element", "transpose", "reshape", "bitcast",
               "broadcast", "slice", "convert", "copy")
@@ -63,6 +66,16 @@ def view_of(value: Value, inst: Instruction) -> View:
     return value
 
 
+def lossless_cast(src: str, dst: str) -> bool:
+    """Whether converting ISA dtype ``src`` to ``dst`` keeps every value (so a later convert may replace it)."""
+    a, b = isa_dtype(src), isa_dtype(dst)
+    if a.is_integer and b.is_integer:
+        return bool(np.can_cast(a.numpy, b.numpy, "safe"))
+    if b.name == "f32":
+        return a.is_float or a.itemsize <= 2
+    return a.name in ("i8", "u8", "pred", "fp8e4", "fp8e5") and b.name in ("f16", "bf16") or src == dst
+
+
 def layout_value(inst: Instruction, ops: list[Value], builder) -> Value | None:
     """The value of a layout operator applied to views (None: needs a kernel, e.g. a strided reshape)."""
     op = inst.opcode
@@ -87,6 +100,8 @@ def layout_value(inst: Instruction, ops: list[Value], builder) -> Value | None:
             raise CompilationError(f"{inst.where()}: slice without a slice= attribute")
         return x.slice(spec.ranges)
     if op == "convert":
+        if x.cast is not None and not lossless_cast(x.stored_dtype, x.cast):
+            return None  # convert(convert(x)) with a narrowing first step: two converts (ints)
         return x.with_cast(isa_dtype_of(inst))
     if op == "copy":
         return x
@@ -145,6 +160,9 @@ class ExprBuilder:
         op = inst.opcode
         if op in LAYOUT_OPS and not any(isinstance(v, Expr) for v in ops):
             value = layout_value(inst, ops, self.b)
+            if value is None and op == "convert":  # a second convert after a narrowing one: on chip
+                axes = self.axes_for(inst, ops)
+                return Expr(expr.unary(op, self.node(ops[0], axes, inst.operands[0]), isa_dtype_of(inst), inst), axes)
             if value is None:
                 raise CompilationError(f"{inst.where()}: reshape inside a fusion needs a copy")
             return value

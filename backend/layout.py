@@ -18,10 +18,10 @@ from hlo.ir import Instruction
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
-# HLO element type -> ISA dtype. pred is the machine's pred type (one byte, 0/1); s64 is stored as int32
-# (indices and positions fit; docs/integer-semantics.md names the gap).
-HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "pred", "s64": "i32",
-                              "s8": "i8", "u8": "u8", "s16": "i16", "u16": "u16", "u32": "u32",
+# HLO element type -> ISA dtype. pred is the machine's pred type (one byte, 0/1); s64/u64 are 8-byte integers
+# computed on GpSimd's integer mode only (docs/integer-semantics.md).
+HLO_TO_ISA: dict[str, str] = {"f32": "f32", "bf16": "bf16", "f16": "f16", "s32": "i32", "pred": "pred", "s64": "i64",
+                              "u64": "u64", "s8": "i8", "u8": "u8", "s16": "i16", "u16": "u16", "u32": "u32",
                               "f8e4m3fn": "fp8e4", "f8e5m2": "fp8e5"}
 
 
@@ -207,8 +207,9 @@ class View:
                                               strides=tuple(s * item for s in self.strides)).view(base.dtype)
         return arr.astype(isa_dtype(self.dtype).numpy) if self.cast else arr
 
-    def scalar_value(self) -> float | None:
-        """The value if this is a constant whose elements are all equal, else None."""
+    def scalar_value(self) -> float | int | None:
+        """The value if this is a constant whose elements are all equal, else None (an int for integer
+        constants: exact beyond 2^53)."""
         if not self.is_const:
             return None
         arr = self.const_array()
@@ -217,7 +218,7 @@ class View:
         first = arr.flat[0]
         if not np.all(arr == first):
             return None
-        return float(first)
+        return int(first) if arr.dtype.kind in "iu" else float(first)
 
     # -- access patterns ----------------------------------------------------------------------------------
     def hbm_ap(self, p_axis: int | None, p0: int, pn: int, free: list[tuple[int, int, int]],

@@ -211,6 +211,8 @@ class Lowering:
         x = view_of(ops[0], inst.operands[0])
         dense = self.b.scratch(x.dtype, x.dims, label=inst.name)
         copy_kernel(self.b, x, dense, self.name(inst), inst.where())
+        if inst.opcode == "convert":  # the operand's own (narrowing) convert done, this one pending
+            return dense.with_cast(isa_dtype_of(inst))
         result = dense.reshape(inst.shape.dims)
         assert result is not None
         return result

@@ -40,6 +40,7 @@ from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
 from backend.registry import SCHEDULERS as REGISTRY
 from backend.registry import SchedulerSpec, StrategyError
+from isa.dtypes import WIDE_INTEGERS
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
 from isa.instructions import DMA_OPCODES, OPCODES
@@ -93,8 +94,9 @@ def is_plain_copy(inst: Instruction) -> bool:
 def engine_choices(inst: Instruction) -> tuple[str, ...]:
     """Engines that may run `inst` (its own first): the ISA table's engines whose memories hold all
     its operands. PE, SP, nops (semaphore carriers) and stateful instructions stay where they are."""
-    if inst.opcode == "nop" or inst.engine not in COMPUTE_ENGINES[1:] or inst.attrs.get("math") == "int":
-        return (inst.engine,)  # math=int: GpSimd's exact integer mode exists on POOL only
+    if inst.opcode == "nop" or inst.engine not in COMPUTE_ENGINES[1:] or inst.attrs.get("math") == "int" or \
+            any(ap.dtype in WIDE_INTEGERS for ap in inst.operands.values()):
+        return (inst.engine,)  # math=int and 64-bit integers: GpSimd's exact integer mode exists on POOL only
     engines = COPY_ENGINES if is_plain_copy(inst) else OPCODES[inst.opcode].engines
     memories = {ap.memory for ap in inst.operands.values()}
     allowed = [e for e in engines if e in COMPUTE_ENGINES[1:] and memories <= set(ENGINE_MEMORIES[e])]

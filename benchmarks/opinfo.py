@@ -2,19 +2,28 @@
 inference ops the frontend supports, for every dtype torch gives them, compiled and run on the emulator and
 compared with torch eager on CPU.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/opinfo.py [--samples 2] [--op add --op sin] [-v]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/opinfo.py [--samples 2] [--ops add,sin] [--dtypes int64,float16]
+        [-j 2] [--json out.jsonl] [-v]
 
 Per sample: ``ok`` (exact for integers and bool; fp32 within rtol/atol 1e-4, f16/bf16 2e-2), ``refused`` (a
 typed NeuroncError at compile time), ``crash`` (anything else), ``WRONG`` (ran, other numbers). Prints the
-rate of ok over all samples tried, per dtype and in total. Needs the dev extra (expecttest).
+rate of ok over all samples tried, per dtype and in total, and the failures grouped by category (status and
+message with numbers and names taken out). Each (op, dtype) pair is seeded on its own, so a subset run
+(``--ops``/``--dtypes``) gives the samples the whole survey gives; ``-j N`` runs pairs in N processes.
+Needs the dev extra (expecttest).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import multiprocessing
+import re
 import sys
 import warnings
+import zlib
 from collections import Counter, defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -39,10 +48,17 @@ def selected_ops(only: list[str] | None):
     names = supported_names()
     for op in op_db:
         base = op.name.split(".")[-1]
-        if only and op.name not in only:
+        full = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+        if only and op.name not in only and full not in only:
             continue
         if base in names or op.aten_name in names:
             yield op
+
+
+def _op_by_key(name: str, variant: str):
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return next(op for op in op_db if op.name == name and op.variant_test_name == variant)
 
 
 class _Call(torch.nn.Module):
@@ -123,40 +139,111 @@ def run_sample(op, sample) -> tuple[str, str]:
     return ("WRONG", why) if why else ("ok", "")
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--samples", type=int, default=2, help="samples per op and dtype")
-    ap.add_argument("--op", action="append", help="only these OpInfo names")
-    ap.add_argument("-v", "--verbose", action="store_true")
-    args = ap.parse_args(argv)
-    torch.manual_seed(0)
-    per_dtype: dict[str, Counter] = defaultdict(Counter)
-    per_op: dict[str, Counter] = defaultdict(Counter)
-    for op in selected_ops(args.op):
-        for dtype in DTYPES:
-            if dtype not in op.supported_dtypes("cpu"):
-                continue
-            try:
-                samples = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:args.samples]
-            except Exception:  # noqa: BLE001 - some sample generators need more than CPU
-                continue
-            for sample in samples:
-                status, why = run_sample(op, sample)
-                per_dtype[str(dtype).removeprefix("torch.")][status] += 1
-                per_op[op.name][status] += 1
-                if args.verbose and status not in ("ok", "skipped"):
-                    print(f"  {op.name:28s} {str(dtype):16s} {status:8s} {why[:150]}")
+def run_pair(name: str, variant: str, dtype_name: str, samples: int) -> list[dict]:
+    """Every sample (up to ``samples``) of one OpInfo entry in one dtype, seeded by the pair alone."""
+    torch.set_num_threads(1)
+    op, dtype = _op_by_key(name, variant), getattr(torch, dtype_name)
+    torch.manual_seed(zlib.crc32(f"{name}.{variant}.{dtype_name}".encode()))
+    try:
+        inputs = list(op.sample_inputs("cpu", dtype, requires_grad=False))[:samples]
+    except Exception:  # noqa: BLE001 - some sample generators need more than CPU
+        return []
+    out = []
+    for i, sample in enumerate(inputs):
+        status, why = run_sample(op, sample)
+        out.append({"op": op.name if not variant else f"{op.name}.{variant}", "dtype": dtype_name, "sample": i,
+                    "status": status, "why": why})
+    return out
+
+
+def category(record: dict) -> str:
+    """A failure's category: its status and message with numbers, shapes and quoted names taken out."""
+    why = re.sub(r"computation %\S+: | at \S+\.py:\d+", "", record["why"])
+    why = re.sub(r"'[^']*'|\"[^\"]*\"", "'_'", why)
+    why = re.sub(r"%[\w.\-]+", "%_", why)
+    why = re.sub(r"\b[a-z]+\d*\[[^\]]*\]", "T[_]", why)
+    why = re.sub(r"\(line \d+\)|\d+(\.\d+)?(e[-+]?\d+)?", "N", why)
+    return f"{record['status']}: {why[:110]}"
+
+
+def summarize(records: list[dict], top: int) -> dict[str, float]:
     statuses = ("ok", "refused", "crash", "WRONG", "skipped")
+    per_dtype: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        per_dtype[r["dtype"]][r["status"]] += 1
     print(f"\n{'dtype':10s} " + " ".join(f"{s:>8s}" for s in statuses) + "   ok rate")
     total: Counter = Counter()
+    rates = {}
     for dt, c in sorted(per_dtype.items()):
         total.update(c)
         tried = sum(c[s] for s in statuses if s != "skipped")
-        print(f"{dt:10s} " + " ".join(f"{c[s]:8d}" for s in statuses) + f"   {c['ok'] / max(tried, 1):7.1%}")
+        rates[dt] = c["ok"] / max(tried, 1)
+        print(f"{dt:10s} " + " ".join(f"{c[s]:8d}" for s in statuses) + f"   {rates[dt]:7.1%}")
     tried = sum(total[s] for s in statuses if s != "skipped")
-    print(f"{'TOTAL':10s} " + " ".join(f"{total[s]:8d}" for s in statuses) + f"   {total['ok'] / max(tried, 1):7.1%}")
-    print(f"{len(per_op)} ops; ok rate = ok / (ok + refused + crash + WRONG)")
-    return 1 if total["WRONG"] else 0
+    rates["TOTAL"] = total["ok"] / max(tried, 1)
+    print(f"{'TOTAL':10s} " + " ".join(f"{total[s]:8d}" for s in statuses) + f"   {rates['TOTAL']:7.1%}")
+    print(f"{len({r['op'] for r in records})} ops; ok rate = ok / (ok + refused + crash + WRONG)")
+    failures = Counter(category(r) for r in records if r["status"] not in ("ok", "skipped"))
+    if failures:
+        print(f"\nfailures by category (top {top} of {len(failures)}):")
+        for cat, n in failures.most_common(top):
+            ops = sorted({r["op"] for r in records if r["status"] not in ("ok", "skipped") and category(r) == cat})
+            print(f"{n:5d}  {cat}\n       ops: {', '.join(ops[:12])}{' ...' if len(ops) > 12 else ''}")
+    return rates
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--samples", type=int, default=2, help="samples per op and dtype")
+    ap.add_argument("--op", action="append", default=[], help="only this OpInfo name (repeatable)")
+    ap.add_argument("--ops", default="", help="only these OpInfo names, comma-separated")
+    ap.add_argument("--dtypes", default="", help="only these dtypes, comma-separated (e.g. int64,float16)")
+    ap.add_argument("-j", "--jobs", type=int, default=1, help="worker processes")
+    ap.add_argument("--json", help="write one JSON record per sample to this file")
+    ap.add_argument("--top", type=int, default=25, help="failure categories to print")
+    ap.add_argument("--rerun-failing", metavar="JSONL",
+                    help="re-run only the (op, dtype) pairs (of --ops/--dtypes) with a sample not ok in this earlier "
+                         "--json file; the other pairs' records are carried over from it (a quick after-figure)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    only = args.op + [o for o in args.ops.split(",") if o]
+    wanted = {getattr(torch, d) for d in args.dtypes.split(",") if d} or set(DTYPES)
+    unknown = wanted - set(DTYPES)
+    if unknown:
+        ap.error(f"dtypes not surveyed: {sorted(map(str, unknown))}")
+    pairs = [(op.name, op.variant_test_name, str(dt).removeprefix("torch."), args.samples)
+             for op in selected_ops(only or None) for dt in DTYPES
+             if dt in wanted and dt in op.supported_dtypes("cpu")]
+    records: list[dict] = []
+    if args.rerun_failing:
+        earlier = [json.loads(line) for line in Path(args.rerun_failing).read_text().splitlines() if line]
+        failing = {(r["op"], r["dtype"]) for r in earlier if r["status"] not in ("ok", "skipped")}
+        pairs = [p for p in pairs if ((f"{p[0]}.{p[1]}" if p[1] else p[0]), p[2]) in failing]
+        rerun = {((f"{p[0]}.{p[1]}" if p[1] else p[0]), p[2]) for p in pairs}
+        records = [r for r in earlier if (r["op"], r["dtype"]) not in rerun]
+        print(f"re-running {len(pairs)} (op, dtype) pairs; {len(records)} samples carried over from "
+              f"{args.rerun_failing}", flush=True)
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = pool.map(run_pair, *zip(*pairs, strict=True)) if pairs else []
+            for batch in results:
+                records.extend(batch)
+                _report(batch, args.verbose)
+    else:
+        for pair in pairs:
+            batch = run_pair(*pair)
+            records.extend(batch)
+            _report(batch, args.verbose)
+    if args.json:
+        Path(args.json).write_text("".join(json.dumps(r) + "\n" for r in records))
+    summarize(records, args.top)
+    return 1 if any(r["status"] == "WRONG" for r in records) else 0
+
+
+def _report(batch: list[dict], verbose: bool) -> None:
+    for r in batch:
+        if verbose and r["status"] not in ("ok", "skipped"):
+            print(f"  {r['op']:28s} {r['dtype']:10s} {r['status']:8s} {r['why'][:150]}", flush=True)
 
 
 if __name__ == "__main__":

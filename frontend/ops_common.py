@@ -53,7 +53,12 @@ def norm_dim(dim: int, rank: int) -> int:
 
 
 def norm_dims(dims: int | Sequence[int] | None, rank: int) -> list[int]:
-    """A dim-list argument; None or [] means every dim (torch's reduction convention)."""
+    """A dim-list argument; None or [] means every dim (torch's reduction convention). A 0-d tensor has no dim
+    to reduce: torch takes dim 0 or -1 there and returns the value itself (an empty list here)."""
+    if rank == 0:
+        for d in [dims] if isinstance(dims, int) else list(dims or []):
+            norm_dim(d, rank)  # range check only
+        return []
     if dims is None:
         return list(range(rank))
     if isinstance(dims, int):

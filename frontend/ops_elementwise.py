@@ -14,9 +14,14 @@ from hlo.ir import Instruction, numpy_dtype
 from .builder import HLO_TO_TORCH, HloBuilder, hlo_dtype
 from .ops_common import Value, float_dtype, is_float, operand, require, result_dtype
 
+# bool arithmetic as torch computes it: add is or, multiply is and (subtract of bools is an error in torch)
+_PRED_ARITH = {"add": "or", "multiply": "and", "maximum": "or", "minimum": "and"}
+
 
 def _arith(opcode: str, x: Value, y: Value, b: HloBuilder) -> Instruction:
     dtype = result_dtype(x, y)
+    if dtype == "pred":
+        opcode = _PRED_ARITH.get(opcode, opcode)
     return b.binary(opcode, operand(b, x, dtype), operand(b, y, dtype))
 
 
@@ -53,7 +58,16 @@ def div(b: HloBuilder, x: Value, y: Value, rounding_mode: str | None = None) -> 
     if rounding_mode is None:
         return q
     require(rounding_mode in ("trunc", "floor"), f"rounding_mode={rounding_mode!r} is not supported")
-    require(is_float(dtype), f"rounding_mode={rounding_mode!r} on integers is not supported")
+    require(dtype != "pred", f"rounding_mode={rounding_mode!r} on bool is not supported")
+    if not is_float(dtype):  # HLO's integer divide truncates; floor steps down where the remainder's sign differs
+        if rounding_mode == "trunc":
+            return q
+        xv, yv = operand(b, x, dtype), operand(b, y, dtype)
+        r = b.binary("remainder", xv, yv)
+        zero = b.full(0, dtype, r.shape.dims)
+        differ = b.compare(b.compare(r, zero, "LT"), b.compare(b.broadcast_to(yv, r.shape.dims), zero, "LT"), "NE")
+        step = b.binary("and", b.compare(r, zero, "NE"), differ)
+        return b.select(step, b.binary("subtract", q, b.full(1, dtype, r.shape.dims)), q)
     if rounding_mode == "floor":
         return b.unary("floor", q)
     return b.select(b.compare(q, b.scalar(0, dtype), "LT"), b.unary("ceil", q), b.unary("floor", q))
@@ -126,9 +140,16 @@ def clamp_max(b: HloBuilder, x: Instruction, hi: Value) -> Instruction:
     return clamp(b, x, None, hi)
 
 
+# opcodes that are the identity on integers (and bool) in torch: floor(int) is the int
+_INTEGER_IDENTITY = frozenset({"floor", "ceil"})
+
+
 def _unary(opcode: str, floating: bool = True):
     """A rule applying one HLO opcode (computing in a float dtype for float-only math)."""
     def rule(b: HloBuilder, x: Instruction) -> Instruction:
+        if not floating and not is_float(x.shape.dtype) and (opcode in _INTEGER_IDENTITY or
+                                                             (opcode == "sign" and x.shape.dtype == "pred")):
+            return x
         return b.unary(opcode, b.convert(x, float_dtype(x)) if floating else x)
 
     rule.__name__ = opcode

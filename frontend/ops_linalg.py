@@ -149,7 +149,8 @@ def outer(b: HloBuilder, x: Instruction, y: Instruction) -> Instruction:
     """``x[:, None] * y[None, :]`` (no sum: an elementwise product, not a dot)."""
     require(x.shape.rank == 1 and y.shape.rank == 1, "outer takes two vectors")
     dims = [x.shape.dims[0], y.shape.dims[0]]
-    return b.binary("multiply", b.broadcast(x, dims, (0,)), b.broadcast(b.convert(y, x.shape.dtype), dims, (1,)))
+    op = "and" if x.shape.dtype == "pred" else "multiply"  # bool outer product: and, as torch computes it
+    return b.binary(op, b.broadcast(x, dims, (0,)), b.broadcast(b.convert(y, x.shape.dtype), dims, (1,)))
 
 
 # ---- einsum -------------------------------------------------------------------------------------

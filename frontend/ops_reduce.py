@@ -133,7 +133,8 @@ def _truth(kind: str):
     def rule(b: HloBuilder, x: Instruction, dim: Any = None, keepdim: bool = False) -> Instruction:
         dims = norm_dims(dim, x.shape.rank)
         p = b.convert(x, "pred")
-        return _finish(b, b.reduce(p, dims, kind), p, dims, keepdim)
+        out = _finish(b, b.reduce(p, dims, kind), p, dims, keepdim)
+        return b.convert(out, "u8") if x.shape.dtype == "u8" else out  # torch keeps uint8 for uint8 inputs
 
     rule.__name__ = {"or": "any", "and": "all"}[kind]
     return rule
@@ -181,7 +182,12 @@ def _arg_reducer(b: HloBuilder, value_dtype: str, direction: str):
     def body(p: list[Instruction]) -> Instruction:
         v0, i0, v1, i1 = p
         better = b.compare(v1, v0, direction)
-        tie = b.binary("and", b.compare(v1, v0, "EQ"), b.compare(i1, i0, "LT"))
+        same = b.compare(v1, v0, "EQ")
+        if is_float(value_dtype):  # NaN is the extreme of both argmax and argmin, as in torch
+            nan0, nan1 = b.compare(v0, v0, "NE"), b.compare(v1, v1, "NE")
+            better = b.binary("or", better, b.binary("and", nan1, b.unary("not", nan0)))
+            same = b.binary("or", same, b.binary("and", nan0, nan1))
+        tie = b.binary("and", same, b.compare(i1, i0, "LT"))
         take = b.binary("or", better, tie)
         return b.tuple([b.select(take, v1, v0), b.select(take, i1, i0)])
 
@@ -203,6 +209,10 @@ def _arg_reduce(b: HloBuilder, x: Instruction, d: int, kind: str) -> tuple[Instr
 def _argext(kind: str):
     """argmax / argmin along ``dim`` (over the flattened tensor when dim is None)."""
     def rule(b: HloBuilder, x: Instruction, dim: int | None = None, keepdim: bool = False) -> Instruction:
+        if x.shape.rank == 0:  # the one element is the extreme: index 0
+            if dim is not None:
+                norm_dim(dim, 0)
+            return b.scalar(0, "s64")
         if dim is None:
             flat = b.reshape(x, [x.shape.size])
             _, idx = _arg_reduce(b, flat, 0, kind)
@@ -219,6 +229,8 @@ def _extreme_dim(kind: str):
     """max.dim / min.dim: (values, indices) along one dim."""
     def rule(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False) -> tuple[Instruction, Instruction]:
         d = norm_dim(dim, x.shape.rank)
+        if x.shape.rank == 0:  # a 0-d tensor is its own extreme, at index 0
+            return x, b.scalar(0, "s64")
         values, idx = _arg_reduce(b, x, d, kind)
         return _finish(b, values, x, [d], keepdim), _finish(b, idx, x, [d], keepdim)
 

@@ -270,6 +270,9 @@ def pad(b: HloBuilder, x: Instruction, pad: Sequence[int], mode: str = "constant
         d = x.shape.rank - 1 - i
         lo, hi = int(pad[2 * i]), int(pad[2 * i + 1])
         n = out.shape.dims[d]
+        if mode == "replicate" and (lo < 0 or hi < 0):
+            out = _replicate_negative(b, out, d, lo, hi)
+            continue
         require(lo >= 0 and hi >= 0, f"pad mode={mode!r} takes no negative padding")
         require(mode != "reflect" or (lo < n and hi < n), f"reflect padding must be smaller than the dim ({n})")
         require(mode != "circular" or (lo <= n and hi <= n), f"circular padding must not exceed the dim ({n})")
@@ -281,6 +284,30 @@ def pad(b: HloBuilder, x: Instruction, pad: Sequence[int], mode: str = "constant
             pieces.append(_pad_piece(b, out, d, n, hi, mode, front=False))
         out = b.concatenate(pieces, d)
     return out
+
+
+def _replicate_negative(b: HloBuilder, x: Instruction, d: int, lo: int, hi: int) -> Instruction:
+    """Replicate padding with a negative side, as torch computes it: out[i] = x[clamp(i - lo, 0, n - 1)] for
+    i < n + lo + hi, built from runs of consecutive indices (slices) and of one repeated index (broadcasts)."""
+    n = x.shape.dims[d]
+    size = n + lo + hi
+    require(size > 0, f"replicate padding {lo}, {hi} leaves nothing of a dim of {n}")
+    index = [min(max(i - lo, 0), n - 1) for i in range(size)]
+    pieces, start = [], 0
+    while start < size:
+        end = start + 1
+        if end < size and index[end] == index[start]:
+            while end < size and index[end] == index[start]:
+                end += 1
+            dims = list(x.shape.dims)
+            dims[d] = end - start
+            pieces.append(b.broadcast_to(slice_(b, x, d, index[start], index[start] + 1), dims))
+        else:
+            while end < size and index[end] == index[end - 1] + 1 and (end + 1 >= size or index[end + 1] != index[end]):
+                end += 1
+            pieces.append(slice_(b, x, d, index[start], index[end - 1] + 1))
+        start = end
+    return pieces[0] if len(pieces) == 1 else b.concatenate(pieces, d)
 
 
 def _pad_piece(b: HloBuilder, x: Instruction, d: int, n: int, k: int, mode: str, front: bool) -> Instruction:

@@ -159,11 +159,16 @@ OPCODES: dict[str, OpcodeSpec] = {
             [AttrSpec("op", str, None, ALU_OPS), AttrSpec("scalar", float, None),
              AttrSpec("op1", str, NO_OP, (NO_OP, *ALU_OPS), optional=True),
              AttrSpec("scalar1", float, 0.0, optional=True),
-             AttrSpec("math", str, "fp32", MATH_MODES, optional=True)], "stream1", 5,
+             AttrSpec("math", str, "fp32", MATH_MODES, optional=True),
+             # ints: exact 64-bit immediates of the integer mode (added to scalar / scalar1)
+             AttrSpec("iscalar", int, 0, optional=True), AttrSpec("iscalar1", int, 0, optional=True)],
+            "stream1", 5,
             "dst = (src <op> scalar) <op1> scalar1 elementwise, in fp32 (op1=none: no second "
             "operation). Each scalar is the immediate attribute, or the per-partition [P, 1] vector "
             "operand `scalar_vec` / `scalar1_vec` when given. `math=int`: tensor_tensor's exact "
-            "integer mode (immediates must be integers)."),
+            "integer mode (immediates must be integers). There the immediate is scalar + iscalar (and "
+            "scalar1 + iscalar1), exact 64-bit integers wrapped to 64 bits: an integer beyond fp64's 2^53 goes "
+            "in iscalar."),
         _op("tensor_copy", ("act", "dve", "pool"),
             [OperandSpec("dst", W, ON_CHIP), OperandSpec("src", R, ON_CHIP)],
             [AttrSpec("round", str, "nearest", ROUNDINGS, optional=True),
@@ -180,7 +185,11 @@ OPCODES: dict[str, OpcodeSpec] = {
             "comma-separated indices of src's free dimensions to reduce, 0 the outermost (e.g. "
             "\"1\" or \"0,2\"); dst holds the kept elements in src order."),
         _op("memset", ("dve", "pool"), [OperandSpec("dst", W, ON_CHIP)],
-            [AttrSpec("value", float, 0.0)], "stream1", 8, "Fill dst with a constant."),
+            [AttrSpec("value", float, 0.0),
+             AttrSpec("ivalue", int, 0, optional=True)],  # ints: exact 64-bit integer fills
+            "stream1", 8,
+            "Fill dst with a constant (rounded and saturated to dst's type). An integer dst whose value is "
+            "integral gets value + ivalue exactly (an integer beyond fp64's 2^53 goes in ivalue)."),
         _op("iota", ("pool", "dve"), [OperandSpec("dst", W, ON_CHIP)],
             [AttrSpec("base", int, 0), AttrSpec("channel_multiplier", int, 0)], "stream1", 9,
             "dst[p, i] = base + channel_multiplier * p + i (p: partition within dst, i: flat free "

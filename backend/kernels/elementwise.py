@@ -296,7 +296,8 @@ class _RowKernel(_LoopKernel):
                 plan.root, self._dst(None, plan.pmax, 1))
 
         temps.measure(dry)
-        return temps, self._specs(temps, fw, -(-plan.F // fw)) + [PoolSpec("racc", "sbuf", 4, 2 * len(reduces))]
+        racc = max([4] + [itemsize(r.dtype) for r in reduces])  # 8 for 64-bit integer accumulators
+        return temps, self._specs(temps, fw, -(-plan.F // fw)) + [PoolSpec("racc", "sbuf", racc, 2 * len(reduces))]
 
     def _specs(self, temps: Temporaries, fmax: int, f_tiles: int) -> list[PoolSpec]:
         plan = self.plan
@@ -333,7 +334,7 @@ class _RowKernel(_LoopKernel):
                            dst=acc, a=acc, b=value.ap)
                 else:
                     b.emit("pool", "tensor_scalar", f"{label} {node.op} combine",
-                           {"op": op, "scalar": float(value.value), "math": "int"},  # type: ignore[union-attr]
+                           {"op": op, **integer.immediate_attrs(value.value), "math": "int"},  # type: ignore[union-attr]
                            dst=acc, src=acc)
             elif isinstance(value, PVec):
                 b.tensor_tensor(acc, acc, value.ap, op, f"{label} {node.op} combine")

@@ -29,6 +29,8 @@ from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels import integer
 from backend.kernels.expr import ACT_FUNCS, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
 from hlo.errors import CompilationError
+from isa.dtypes import WIDE_INTEGERS
+from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 
 
@@ -44,7 +46,7 @@ class PVec:
 
 @dataclass(frozen=True)
 class Scalar:
-    value: float
+    value: float | int  # an int for integer immediates (exact beyond 2^53)
 
 
 Operand = Tensor | PVec | Scalar
@@ -78,11 +80,13 @@ FOLD = {
 class TempStore:
     """Free lists of full [pw, fw] and vector [pw, 1] temporaries for one tile (dry: unlimited, counted)."""
 
-    def __init__(self, full: list[Tile] | None, vec: list[Tile] | None):
+    def __init__(self, full: list[Tile] | None, vec: list[Tile] | None, item: int = 4):
         self.dry = full is None
+        self.item = item  # bytes per element the temporaries hold
         self.free = {"T": list(reversed(full or [])), "V": list(reversed(vec or []))}
         self.peak = {"T": 0, "V": 0}
         self.live = {"T": 0, "V": 0}
+        self.widest = 4  # bytes of the widest element a temporary held (8: 64-bit integers)
 
     @staticmethod
     def rotating(pool: Pool) -> TempStore:
@@ -94,7 +98,10 @@ class TempStore:
 
     pool: Pool | None = None
 
-    def take(self, kind: str, where: str) -> Tile:
+    def take(self, kind: str, where: str, dtype: str = "f32") -> Tile:
+        self.widest = max(self.widest, isa_dtype(dtype).itemsize)
+        if not self.dry and self.pool is None and isa_dtype(dtype).itemsize > self.item:
+            raise CompilationError(f"{where}: internal error: a {dtype} temporary in {self.item}-byte slots")
         self.live[kind] += 1
         self.peak[kind] = max(self.peak[kind], self.live[kind])
         if self.dry:
@@ -187,13 +194,13 @@ class TileEvaluator:
 
     # -- temporaries ----------------------------------------------------------------------------------------
     def _new(self, node: Node, kind: str) -> AccessPattern:
-        tile = self.temps.take(kind, where_of(node))
+        tile = self.temps.take(kind, where_of(node), node.dtype)
         self._owned[id(node)] = (kind, tile)
         return tile.flat(node.dtype, self.pw, self.fw if kind == "T" else 1)
 
     def _scratch(self, kind: str, dtype: str = "f32") -> AccessPattern:
         """A temporary for the instruction being built, returned by `_release_extra`."""
-        tile = self.temps.take(kind, self.label)
+        tile = self.temps.take(kind, self.label, dtype)
         self._extra.append((kind, tile))
         return tile.flat(dtype, self.pw, self.fw if kind == "T" else 1)
 
@@ -274,7 +281,7 @@ class TileEvaluator:
         self._consume(node)
         return Tensor(out) if kind == "T" else PVec(out)
 
-    def _fold(self, node: Node) -> float:
+    def _fold(self, node: Node) -> float | int:
         if node.op == "scalar":
             return node.value
         if integer.is_int_node(node) and node.op not in REDUCE_OPS:
@@ -302,7 +309,7 @@ class TileEvaluator:
     def _materialize(self, operand: Operand, dst: AccessPattern) -> None:
         b = self.b
         if isinstance(operand, Scalar):
-            b.memset(dst, operand.value, f"{self.label} fill")
+            b.memset(dst, operand.value, f"{self.label} fill")  # exact for integer dsts (ProgramBuilder.memset)
         elif isinstance(operand, PVec) and dst.free_size != 1:
             b.memset(dst, 0.0, f"{self.label} zero")
             if integer.is_integer(dst.dtype) and integer.is_integer(operand.ap.dtype):
@@ -438,11 +445,11 @@ class TileEvaluator:
         if args["scalar_vec"] is not None and not self.temps.dry and not integer.is_integer(args["scalar_vec"].dtype):
             raise CompilationError(f"{where_of(other)}: internal error: a float vector operand "
                                    f"({args['scalar_vec'].dtype}) of an integer op")
-        self._int_emit("tensor_scalar", label, {"op": op, "scalar": float(args["scalar"])}, dst=out, src=src,
-                       scalar_vec=args["scalar_vec"])
+        self._int_emit("tensor_scalar", label, {"op": op, **integer.immediate_attrs(args["scalar"])}, dst=out,
+                       src=src, scalar_vec=args["scalar_vec"])
 
     def _int_emit(self, opcode: str, label: str, attrs: dict, **operands: AccessPattern | None) -> None:
-        if any(ap is not None and ap.memory == "psum" for ap in operands.values()):
+        if not self.temps.dry and any(ap is not None and ap.memory == "psum" for ap in operands.values()):
             raise CompilationError(f"{self.label}: exact integer math reads PSUM, which GpSimd cannot access")
         self.b.emit("pool", opcode, label, {**attrs, "math": "int"}, **operands)
 
@@ -531,12 +538,22 @@ class TileEvaluator:
             cm = view.strides[c.p_axis]
         form = self._iota_form(node)
         engine = self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
+        if out.dtype in WIDE_INTEGERS:
+            engine = "pool"  # 64-bit integers: GpSimd only
         if form in ("vector", "ramp"):
             self.b.iota(out, int(base), int(cm), f"{self.label} iota", engine=engine)
             return
         if form == "table":  # the kernels read such iotas as constants (elementwise._iotas_as_constants)
             raise CompilationError(f"{where_of(node)}: internal error: an iota over several free axes of a tile")
         stride = next(view.strides[a] for a, _, n in c.free if n > 1)
+        if integer.is_integer(out.dtype):  # exact: the ramp times its stride plus the base, on GpSimd
+            vec = self._scratch("V", out.dtype)
+            self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine="pool")
+            self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine="pool")
+            self._int_emit("tensor_scalar", f"{self.label} iota stride",
+                           {"op": "multiply", **integer.immediate_attrs(stride), "op1": "add", "scalar1": 0.0},
+                           dst=out, src=out, scalar1_vec=vec)
+            return
         vec = self._scratch("V")
         self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine=engine)
         self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
@@ -557,6 +574,7 @@ class Temporaries:
         self.name = name
         self.fmax = fmax
         self.n_full = self.n_vec = 0
+        self.item = 4  # bytes per element: 8 when an evaluation holds 64-bit integers
         self._pools: tuple[Pool, Pool] | None = None
         self._turn = 0
 
@@ -566,10 +584,11 @@ class Temporaries:
         evaluate(_Null(), temps)
         self.n_full = max(self.n_full, temps.peak["T"])
         self.n_vec = max(self.n_vec, temps.peak["V"])
+        self.item = max(self.item, temps.widest)
 
     def specs(self) -> list[PoolSpec]:
-        return [PoolSpec(f"{self.name}_full", "sbuf", self.fmax * 4, 2 * max(1, self.n_full)),
-                PoolSpec(f"{self.name}_vec", "sbuf", 4, 2 * max(1, self.n_vec))]
+        return [PoolSpec(f"{self.name}_full", "sbuf", self.fmax * self.item, 2 * max(1, self.n_full)),
+                PoolSpec(f"{self.name}_vec", "sbuf", self.item, 2 * max(1, self.n_vec))]
 
     def bind(self, pools: dict[str, Pool]) -> None:
         self._pools = (pools[f"{self.name}_full"], pools[f"{self.name}_vec"])
@@ -581,7 +600,7 @@ class Temporaries:
         t = self._turn % 2
         self._turn += 1
         nf, nv = max(1, self.n_full), max(1, self.n_vec)
-        return TempStore(full.tiles[t * nf:(t + 1) * nf], vec.tiles[t * nv:(t + 1) * nv])
+        return TempStore(full.tiles[t * nf:(t + 1) * nf], vec.tiles[t * nv:(t + 1) * nv], self.item)
 
 
 def dry_operand(kind: str) -> Operand:

@@ -64,8 +64,8 @@ SWAPPED: dict[str, str] = {
 }
 REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min", "reduce_multiply")
 PRED = "pred"  # HLO pred: the machine's pred type (one byte, 0 or 1)
-INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32"})
-UNSIGNED_DTYPES = frozenset({"pred", "u8", "u16", "u32"})
+INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"})
+UNSIGNED_DTYPES = frozenset({"pred", "u8", "u16", "u32", "u64"})
 
 # The virtual buffer behind iota views: element e has the value e.
 IOTA = Buffer("f32", 1 << 62, name="<iota>")
@@ -114,7 +114,9 @@ def iota(dims: tuple[int, ...], axis: int, dtype: str, inst: HloInstruction | No
 
 
 def scalar(value: float, dtype: str, inst: HloInstruction | None = None) -> Node:
-    return Node("scalar", dtype, value=float(value), inst=inst)
+    """An immediate; integer values of integer types stay Python ints (exact beyond 2^53)."""
+    exact = dtype in INT_DTYPES and math.isfinite(value) and float(value) == int(value)
+    return Node("scalar", dtype, value=int(value) if exact else float(value), inst=inst)
 
 
 def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
@@ -181,6 +183,8 @@ def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = 
         return Node("relu", dtype, (b,), inst=inst)
     if op == "atan2":
         return _atan2(a, b, dtype, inst)
+    if op == "pow" and dtype in INT_DTYPES and dtype != PRED:
+        return _int_power(a, b, dtype, inst)
     if op not in ALU_BINARY:
         raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: binary op {op!r} has no instruction mapping")
     return Node(op, dtype, (a, b), inst=inst)
@@ -292,20 +296,45 @@ def _popcnt(x: Node, dtype: str, inst: HloInstruction | None) -> Node:
         return Node(op, dtype, (a, b if isinstance(b, Node) else scalar(b, dtype, inst)), inst=inst)
 
     bits = isa_dtype(dtype).itemsize * 8
-    x1 = n("subtract", x, n("bitwise_and", n("shift_right_logical", x, 1), _mask(0x55555555, bits)))
-    m2 = _mask(0x33333333, bits)
+    x1 = n("subtract", x, n("bitwise_and", n("shift_right_logical", x, 1), _mask(0x55, bits)))
+    m2 = _mask(0x33, bits)
     x2 = n("add", n("bitwise_and", x1, m2), n("bitwise_and", n("shift_right_logical", x1, 2), m2))
-    x3 = n("bitwise_and", n("add", x2, n("shift_right_logical", x2, 4)), _mask(0x0F0F0F0F, bits))
+    x3 = n("bitwise_and", n("add", x2, n("shift_right_logical", x2, 4)), _mask(0x0F, bits))
     if bits == 8:
         return x3
     if bits == 16:
         return n("bitwise_and", n("add", x3, n("shift_right_logical", x3, 8)), 0x1F)
-    return n("shift_right_logical", n("multiply", x3, 0x01010101), 24)
+    return n("shift_right_logical", n("multiply", x3, _mask(0x01, bits)), bits - 8)
 
 
-def _mask(pattern: int, bits: int) -> int:
-    """The low `bits` of a repeating bit pattern, as a value of the signed type of that width (positive here)."""
-    return pattern & ((1 << bits) - 1)
+def _mask(byte: int, bits: int) -> int:
+    """A byte repeated over `bits`, as a value of the signed type of that width (positive here)."""
+    return int.from_bytes(bytes([byte]) * (bits // 8), "little")
+
+
+def _int_power(x: Node, y: Node, dtype: str, inst: HloInstruction | None) -> Node:
+    """Integer x ** y exactly (ints): square-and-multiply over every bit of y in GpSimd's integer mode, where each
+    multiply wraps to the type. A negative y gives XLA's result: 1 for x == 1, +-1 for x == -1 (by y's parity),
+    0 otherwise."""
+    def n(op: str, *inputs: Node, t: str = dtype) -> Node:
+        return Node(op, t, inputs, inst=inst)
+
+    def imm(v: int) -> Node:
+        return scalar(v, dtype, inst)
+
+    bits = isa_dtype(dtype).itemsize * 8
+    result, base = imm(1), x
+    for k in range(bits):
+        bit = n("bitwise_and", n("shift_right_logical", y, imm(k)) if k else y, imm(1))
+        result = n("select", n("not_equal", bit, imm(0), t=PRED), n("multiply", result, base), result)
+        if k + 1 < bits:
+            base = n("multiply", base, base)
+    if dtype in UNSIGNED_DTYPES:
+        return result
+    odd = n("not_equal", n("bitwise_and", y, imm(1)), imm(0), t=PRED)
+    negative = n("select", n("is_equal", x, imm(1), t=PRED), imm(1),
+                 n("select", n("is_equal", x, imm(-1), t=PRED), n("select", odd, imm(-1), imm(1)), imm(0)))
+    return n("select", n("is_lt", y, imm(0), t=PRED), negative, result)
 
 
 def iota_form(view: View, free: list[tuple[int, int]]) -> str:

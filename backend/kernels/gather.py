@@ -217,9 +217,9 @@ class _GatherKernel:
 
     def run(self) -> None:
         b, plan, opts = self.b, self.plan, self.b.options
-        if self.ids.dtype != "i32":
+        if self.ids.dtype not in ("i32", "i64"):
             raise CompilationError(f"{plan.where}: gather indices of type {self.ids.dtype} are not supported "
-                                   "by the backend (s32 are)")
+                                   "by the backend (s32 and s64 are)")
         if self.V > EXACT_INDEX:
             raise CompilationError(f"{plan.where}: a gather from {self.V} rows: indices are compared in fp32, "
                                    f"exact up to {EXACT_INDEX} rows")
@@ -228,7 +228,7 @@ class _GatherKernel:
         gcols = min(self.group, self.D)
         self.resident = len(self.v_tiles) * self.D * csz <= TABLE_RESIDENT
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-                 PoolSpec("ids", "sbuf", bmax * 4, 2), PoolSpec("idf", "sbuf", bmax * 4, 2),
+                 PoolSpec("ids", "sbuf", bmax * itemsize(self.ids.dtype), 2), PoolSpec("idf", "sbuf", bmax * 4, 2),
                  PoolSpec("iota", "sbuf", 4, 1), PoolSpec("onehot", "sbuf", bmax * csz, 3),
                  PoolSpec("table", "sbuf", (len(self.v_tiles) * self.D if self.resident else gcols) * csz,
                           1 if self.resident else 3)]
@@ -257,9 +257,14 @@ class _GatherKernel:
         """The indices [b0, b0 + bw) on every partition, clamped into [0, V) as fp32 (exact below 2^24)."""
         b, plan = self.b, self.plan
         raw = self.pools["ids"].next()
-        b.dma(raw.flat("i32", rows, bw), simplified(self.ids.hbm_ap(None, 0, rows, [(0, b0, bw)])),
+        b.dma(raw.flat(self.ids.dtype, rows, bw), simplified(self.ids.hbm_ap(None, 0, rows, [(0, b0, bw)])),
               f"{plan.name} ids {b0} load")
         ids = self.pools["idf"].next()
+        if self.ids.dtype == "i64":  # ints: clamp the 64-bit ids exactly on GpSimd into i32, in place of idf
+            b.emit("pool", "tensor_scalar", f"{plan.name} ids {b0} clamp s64",
+                   {"op": "max", "scalar": 0.0, "op1": "min", "scalar1": float(self.V - 1), "math": "int"},
+                   dst=ids.flat("i32", rows, bw), src=raw.flat("i64", rows, bw))
+            raw = ids
         b.emit(b.pick_engine(("dve", "pool")), "tensor_scalar", f"{plan.name} ids {b0} clamp",
                {"op": "max", "scalar": 0.0, "op1": "min", "scalar1": float(self.V - 1)},
                dst=ids.flat("f32", rows, bw), src=raw.flat("i32", rows, bw))

@@ -15,7 +15,8 @@ import numpy as np
 from backend.kernels.expr import Node, where_of
 from hlo.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
-from isa.emulator.numerics import INT_ALU, int_width
+from isa.dtypes import immediate
+from isa.emulator.numerics import INT_ALU, int_width, wrap64
 
 # node op -> ALU op of the integer mode (binary nodes)
 INT_BINARY = frozenset({"add", "subtract", "multiply", "divide", "remainder", "max", "min", "is_equal", "not_equal",
@@ -60,14 +61,16 @@ def check_reduce(node: Node) -> None:
 
 
 def wrap(value: int, dtype: str) -> int:
-    """``value`` wrapped to the integer type ``dtype`` (pred: value != 0)."""
+    """``value`` (a Python int, any size) wrapped to the integer type ``dtype`` (pred: value != 0)."""
     np_dtype = isa_dtype(dtype).numpy
     if np_dtype.kind == "b":
         return int(value != 0)
-    return int(np.array(value, np.int64).astype(np_dtype))
+    bits = np_dtype.itemsize * 8
+    value = int(value) & ((1 << bits) - 1)
+    return value - (1 << bits) if np_dtype.kind == "i" and value >= 1 << (bits - 1) else value
 
 
-def fold(node: Node, values: list[float]) -> float:
+def fold(node: Node, values: list[float | int]) -> int:
     """The value of an integer node of immediates (exact; wrapped to the node's type)."""
     ints = [int(v) for v in values]
     if any(float(i) != v for i, v in zip(ints, values, strict=True)):
@@ -76,16 +79,21 @@ def fold(node: Node, values: list[float]) -> float:
     first = node.inputs[0].dtype
     bits, signed = int_width(first)
     if op in ("convert", "copy"):
-        return float(wrap(ints[0], node.dtype))
+        return wrap(ints[0], node.dtype)
     if op == "negate":
-        return float(wrap(-ints[0], node.dtype))
+        return wrap(-ints[0], node.dtype)
     if op == "select":
-        return float(wrap(ints[1] if ints[0] else ints[2], node.dtype))
+        return wrap(ints[1] if ints[0] else ints[2], node.dtype)
     fn = INT_ALU.get(op)
     if fn is None or len(ints) != 2:
         raise CompilationError(f"{where_of(node)}: cannot fold the integer {op} of immediates")
-    result = fn(np.array(ints[0], np.int64), np.array(ints[1], np.int64), bits, signed)
-    return float(wrap(int(result), node.dtype))
+    result = fn(np.array(wrap64(ints[0])), np.array(wrap64(ints[1])), bits, signed)
+    return wrap(int(result), node.dtype)
+
+
+def immediate_attrs(value: float | int, name: str = "scalar") -> dict[str, int | float]:
+    """The attributes of an integer-mode immediate: exact for every 64-bit value (isa.dtypes.immediate)."""
+    return immediate(int(value), name)
 
 
 def check_int_op(node: Node) -> None:

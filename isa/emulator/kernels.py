@@ -26,6 +26,7 @@ from isa.emulator.numerics import (
     read_f32,
     read_int,
     store_wrapped,
+    wrap64,
 )
 from isa.errors import ProgramError
 from isa.instructions import CONTROL_OPCODES, NO_OP, OPCODES, reduce_axes
@@ -209,8 +210,8 @@ def _int_scalar(ctx: Ctx, attr: str, vector: str) -> Callable[[], np.ndarray | n
     if float(value) != int(value):
         raise ProgramError(f"{ctx.inst.engine}.{ctx.inst.opcode} (line {ctx.inst.line}): {attr}={value} is not an "
                            f"integer, and the operands are integers (GpSimd's integer mode)")
-    value = np.int64(value)
-    return lambda: value
+    exact = wrap64(int(value) + int(ctx.attr(f"i{attr}")))  # the integer part beyond fp64's 2^53 (isa.md)
+    return lambda: exact
 
 
 def _int_alu(ctx: Ctx) -> Runner:
@@ -290,9 +291,17 @@ def _select(ctx: Ctx) -> Runner:
 
 def _memset(ctx: Ctx) -> Runner:
     dst, store = ctx.views["dst"], ctx.store()
-    exact = lookup_dtype(ctx.inst.operands["dst"].dtype).is_integer  # integers up to 2^53 exactly
-    value = np.full(dst.shape, ctx.attr("value"), dtype=np.float64 if exact else F32)
-    return lambda: store(dst, value)
+    dtype = ctx.inst.operands["dst"].dtype
+    value = ctx.attr("value")
+    np_dtype = lookup_dtype(dtype).numpy
+    if np_dtype.kind in "iu" and float(value) == int(value):  # exact: value + ivalue, saturated to the type
+        info = np.iinfo(np_dtype)
+        exact = min(max(int(value) + int(ctx.attr("ivalue")), int(info.min)), int(info.max))
+        full_int = np.full(dst.shape, exact, dtype=np_dtype)
+        return lambda: dst.__setitem__(Ellipsis, full_int)
+    exact = lookup_dtype(dtype).is_integer  # a fractional value into an integer type: rounded, saturated
+    full = np.full(dst.shape, value, dtype=np.float64 if exact else F32)
+    return lambda: store(dst, full)
 
 
 @lru_cache(maxsize=256)

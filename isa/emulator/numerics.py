@@ -125,67 +125,107 @@ ALU: dict[str, tuple[str, Callable[[Array, Array], Array]]] = {
 }
 
 # ---- GpSimd integer mode -------------------------------------------------------------------------------------
-# Operands arrive as int64 holding the values of their (<= 32-bit) types; results are exact int64, wrapped to
-# the destination type on store. `bits`/`signed` describe the first input's type (the shift width).
+# Operands arrive as int64 holding the values of their types (a u64 value as its two's-complement bit pattern);
+# results are exact modulo 2^64, wrapped to the destination type on store. `bits`/`signed` describe the first
+# input's type (the shift width; u64 compares, divides and shifts on the unsigned values).
 
 
-def _shift_amount(b: Array) -> Array:
-    return np.asarray(b, np.int64)
+def wrap64(value: int) -> np.int64:
+    """A Python integer modulo 2^64, as the int64 holding those bits."""
+    value &= (1 << 64) - 1
+    return np.int64(value - (1 << 64) if value >= 1 << 63 else value)
 
 
-def _mask(bits: int) -> int:
-    return (1 << bits) - 1
+def _i64(a: Array) -> Array:
+    return np.asarray(a, np.int64)
+
+
+def _u64(a: Array) -> Array:
+    """int64 bit patterns as the unsigned 64-bit values they hold."""
+    return _i64(a).astype(np.uint64)
+
+
+def _wide_unsigned(bits: int, signed: bool) -> bool:
+    return bits == 64 and not signed
+
+
+def _low_bits(a: Array, bits: int) -> Array:
+    """The low `bits` of `a` as a non-negative value (the whole 64-bit pattern when bits == 64)."""
+    return _i64(a) if bits == 64 else _i64(a) & ((1 << bits) - 1)
 
 
 def _as_signed(a: Array, bits: int) -> Array:
-    a = np.asarray(a, np.int64) & _mask(bits)
+    if bits == 64:
+        return _i64(a)
+    a = _i64(a) & ((1 << bits) - 1)
     return np.where(a >= (1 << (bits - 1)), a - (1 << bits), a)
 
 
-def _shift_left(a: Array, b: Array, bits: int, signed: bool) -> Array:
-    s = _shift_amount(b)
+def _shift_ok(b: Array, bits: int) -> tuple[Array, Array]:
+    s = _i64(b)
     ok = (s >= 0) & (s < bits)
-    return np.where(ok, (np.asarray(a, np.int64) & _mask(bits)) << np.where(ok, s, 0), 0)
+    return ok, np.where(ok, s, 0)
+
+
+def _shift_left(a: Array, b: Array, bits: int, signed: bool) -> Array:
+    ok, s = _shift_ok(b, bits)
+    return np.where(ok, _low_bits(a, bits) << s, 0)
 
 
 def _shift_right_logical(a: Array, b: Array, bits: int, signed: bool) -> Array:
-    s = _shift_amount(b)
-    ok = (s >= 0) & (s < bits)
-    return np.where(ok, (np.asarray(a, np.int64) & _mask(bits)) >> np.where(ok, s, 0), 0)
+    ok, s = _shift_ok(b, bits)
+    if bits == 64:
+        return np.where(ok, (_u64(a) >> s.astype(np.uint64)).astype(np.int64), 0)
+    return np.where(ok, _low_bits(a, bits) >> s, 0)
 
 
 def _shift_right_arith(a: Array, b: Array, bits: int, signed: bool) -> Array:
-    s = _shift_amount(b)
+    ok, s = _shift_ok(b, bits)
     sa = _as_signed(a, bits)
-    out_of_range = (s < 0) | (s >= bits)
-    return np.where(out_of_range, np.where(sa < 0, -1, 0), sa >> np.where(out_of_range, 0, s))
+    return np.where(ok, sa >> s, np.where(sa < 0, -1, 0))
 
 
 def _int_divide(a: Array, b: Array, bits: int, signed: bool) -> Array:
     """Truncating division; x / 0 = -1 (all bits set); INT_MIN / -1 = INT_MIN after the wrap (XLA)."""
-    safe = np.where(b == 0, 1, b)
-    q = np.abs(a) // np.abs(safe)
-    q = np.where((a < 0) != (safe < 0), -q, q)
-    return np.where(b == 0, -1, q)
+    a, b = _i64(a), _i64(b)
+    if _wide_unsigned(bits, signed):
+        ua, ub = _u64(a), _u64(b)
+        return np.where(b == 0, -1, (ua // np.where(ub == 0, 1, ub)).astype(np.int64))
+    safe = np.where((b == 0) | (b == -1), 1, b)
+    r = np.fmod(a, safe)  # C remainder: the sign of a, so (a - r) / b is exact and truncates
+    q = (a - r) // safe
+    return np.where(b == 0, -1, np.where(b == -1, np.negative(a), q))  # -INT64_MIN wraps to INT64_MIN
 
 
 def _int_remainder(a: Array, b: Array, bits: int, signed: bool) -> Array:
     """Remainder with the dividend's sign; x % 0 = x; INT_MIN % -1 = 0 (XLA)."""
-    safe = np.where(b == 0, 1, b)
-    r = np.abs(a) % np.abs(safe)
-    r = np.where(a < 0, -r, r)
-    return np.where(b == 0, a, r)
+    a, b = _i64(a), _i64(b)
+    if _wide_unsigned(bits, signed):
+        ua, ub = _u64(a), _u64(b)
+        return np.where(b == 0, a, (ua % np.where(ub == 0, 1, ub)).astype(np.int64))
+    safe = np.where((b == 0) | (b == -1), 1, b)
+    return np.where(b == 0, a, np.where(b == -1, 0, np.fmod(a, safe)))
 
 
 def _int(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array, int, bool], Array]:
     return lambda a, b, bits, signed: fn(a, b)
 
 
+def _ordered(fn: Callable[[Array, Array], Array]) -> Callable[[Array, Array, int, bool], Array]:
+    """An op that depends on the order of the values: on u64 it compares the unsigned values."""
+    def run(a: Array, b: Array, bits: int, signed: bool) -> Array:
+        if _wide_unsigned(bits, signed):
+            return np.asarray(fn(_u64(a), _u64(b))).astype(np.int64)
+        return np.asarray(fn(a, b)).astype(np.int64)
+
+    return run
+
+
 INT_ALU: dict[str, Callable[[Array, Array, int, bool], Array]] = {
     "add": _int(np.add), "subtract": _int(np.subtract), "multiply": _int(np.multiply),
     "divide": _int_divide, "remainder": _int_remainder,
-    "max": _int(np.maximum), "min": _int(np.minimum),
-    **{name: _int(lambda a, b, fn=fn: fn(a, b).astype(np.int64)) for name, fn in COMPARE.items()},
+    "max": _ordered(np.maximum), "min": _ordered(np.minimum),
+    **{name: _ordered(fn) for name, fn in COMPARE.items()},
     "bitwise_and": _int(np.bitwise_and), "bitwise_or": _int(np.bitwise_or), "bitwise_xor": _int(np.bitwise_xor),
     "logical_and": _int(lambda a, b: ((a != 0) & (b != 0)).astype(np.int64)),
     "logical_or": _int(lambda a, b: ((a != 0) | (b != 0)).astype(np.int64)),
@@ -273,9 +313,12 @@ def make_store(dtype_name: str, rounding: str = "nearest") -> Callable[[Array, A
         info = np.iinfo(np_dtype)
 
         def store_trunc(dst: Array, values: Array) -> None:
-            if values.dtype.kind == "f":
-                values = np.trunc(np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=info.max,
-                                                neginf=info.min))
+            if values.dtype.kind == "f":  # compare in float64: 2^63 and 2^64 are exact there, INT64_MAX is not
+                x = np.trunc(np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=np.inf, neginf=-np.inf))
+                low, high = x <= float(info.min), x >= float(info.max) + 1.0
+                out = np.where(low | high, 0.0, x).astype(np_dtype)
+                dst[...] = np.where(low, info.min, np.where(high, info.max, out)).astype(np_dtype).reshape(dst.shape)
+                return
             dst[...] = np.clip(values, info.min, info.max).astype(np_dtype).reshape(dst.shape)
 
         return store_trunc

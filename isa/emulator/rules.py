@@ -14,7 +14,7 @@ from functools import lru_cache
 from math import prod
 from typing import NoReturn
 
-from isa.dtypes import DTYPES
+from isa.dtypes import DTYPES, WIDE_INTEGERS
 from isa.errors import ProgramError, RuleViolation
 from isa.instructions import (
     ALL_AXES,
@@ -44,6 +44,12 @@ ENGINE_MEMORIES: dict[str, tuple[str, ...]] = {
     "sp": ("sbuf", "psum", "hbm"),
 }
 
+
+# ints: 8-byte integers live in SBUF/HBM; GpSimd computes on them in its integer mode (or converts them, or
+# moves them by select), DMA moves their bytes. No fp32 engine (PE, ACT, DVE) touches them.
+WIDE_INTEGER_OPS = frozenset({("pool", "tensor_tensor"), ("pool", "tensor_scalar"), ("pool", "tensor_copy"),
+                              ("pool", "select"), ("pool", "memset"), ("pool", "iota"), ("sp", "dma"),
+                              ("sp", "dma_indirect")})
 
 ATTR_KINDS: dict[type, tuple[type, ...]] = {int: (int,), float: (int, float), str: (str,)}
 
@@ -153,6 +159,13 @@ class RuleChecker:
         what = f"operand {name}"
         if ap.dtype not in DTYPES:
             self._fail(who, f"{what}: unknown dtype", f"{ap.dtype!r}; known: {', '.join(DTYPES)}")
+        if ap.dtype in WIDE_INTEGERS and (inst.engine, inst.opcode) not in WIDE_INTEGER_OPS:
+            self._fail(who, f"{what}: {ap.dtype} is computed by GpSimd's integer mode and moved by DMA only",
+                       f"not by {inst.engine}.{inst.opcode} (machine-model.md lists no 64-bit type for the fp32 "
+                       "engines; docs/integer-semantics.md)")
+        if ap.dtype in WIDE_INTEGERS and inst.opcode in ("tensor_tensor", "tensor_scalar") and \
+                inst.attrs.get("math", "fp32") != "int":
+            self._fail(who, f"{what}: {ap.dtype} arithmetic needs math=int", "fp32 math would round it")
         allowed = spec.operand(name).memories
         if ap.memory not in allowed:
             self._fail(who, f"{what}: {inst.opcode} cannot access {ap.memory}",

@@ -8,13 +8,12 @@ operand is an iota along the reduced dimension (floats or integers) becomes::
     hit = or(compare(x, broadcast(m), EQ), compare(x, x, NE))      where the extreme (or a NaN) is
     i   = convert_s32(reduce(select(hit, convert_f32(index), +inf), +inf), to_apply=minimum)
 
-which the backend lowers with its row reductions (indices below 2^24 are exact in fp32). A variadic reduce
-whose comparator combines each operand with its own accumulator only (output i = add/maximum/minimum/
-multiply/and/or of parameters i and n + i) becomes n plain reduces. Any other variadic reduce stays as it is
-(the backend refuses it with a typed error). The comparator is
-recognized by what it computes, not by its text: it is evaluated on probe values (infinities, NaN, ties) and
-must agree with argmax or argmin on every one. The init values must be the reduction's identity (-inf/+inf, or
-the integer type's extremes) and index 0.
+which the backend lowers with its row reductions (indices below 2^24 are exact in fp32; s32 or s64 indices). A
+variadic reduce whose comparator combines each operand with its own accumulator only (output i = add/maximum/
+minimum/multiply/and/or of parameters i and n + i) becomes n plain reduces. Any other variadic reduce stays as it
+is (the backend refuses it with a typed error). The comparator is recognized by what it computes, not by its
+text: it is evaluated on probe values (infinities, NaN, ties) and must agree with argmax or argmin on every one.
+The init values must be the reduction's identity (-inf/+inf, or the integer type's extremes) and index 0.
 """
 
 from __future__ import annotations
@@ -29,7 +28,8 @@ from hlo.interpreter import evaluate_computation
 from hlo.ir import Computation, Instruction, Module, Shape, numpy_dtype
 
 _FLOATS = ("f16", "bf16", "f32")
-_INTS = ("s8", "s16", "s32", "u8", "u16", "u32")
+_INTS = ("s8", "s16", "s32", "s64", "u8", "u16", "u32", "u64")
+_INDEX = ("s32", "s64")
 _PROBES_FLOAT = (-np.inf, -1.5, 0.0, 2.0, np.inf, np.nan)
 _PROBES_INT = (-7, 0, 3)
 
@@ -50,10 +50,10 @@ def _reference(kind: str, a, ia: int, b, ib: int) -> tuple:
     return b, ib
 
 
-def comparator_kind(comp: Computation, dtype: str) -> str | None:
-    """"max" or "min" when ``comp`` computes argmax's or argmin's combiner on (value, s32 index) pairs."""
+def comparator_kind(comp: Computation, dtype: str, index: str = "s32") -> str | None:
+    """"max" or "min" when ``comp`` computes argmax's or argmin's combiner on (value, index) pairs."""
     params = comp.parameters
-    if len(params) != 4 or [p.shape.dtype for p in params] != [dtype, "s32", dtype, "s32"]:
+    if len(params) != 4 or [p.shape.dtype for p in params] != [dtype, index, dtype, index]:
         return None
     root = comp.root
     if root is None or not root.shape.is_tuple or len(root.shape.tuple_shapes) != 2:
@@ -61,14 +61,14 @@ def comparator_kind(comp: Computation, dtype: str) -> str | None:
     probes = _PROBES_FLOAT if dtype in _FLOATS else _PROBES_INT
     if dtype.startswith("u"):
         probes = tuple(abs(p) for p in probes)
-    np_dtype = numpy_dtype(dtype)
+    np_dtype, index_np = numpy_dtype(dtype), numpy_dtype(index)
     for kind in ("max", "min"):
         ok = True
         for (a, b), (ia, ib) in itertools.product(itertools.product(probes, repeat=2), ((0, 1), (1, 0), (2, 2))):
             want = _reference(kind, a, ia, b, ib)
             if want is None:
                 continue
-            args = [np.array(a, np_dtype), np.array(ia, np.int32), np.array(b, np_dtype), np.array(ib, np.int32)]
+            args = [np.array(a, np_dtype), np.array(ia, index_np), np.array(b, np_dtype), np.array(ib, index_np)]
             with np.errstate(all="ignore"):
                 got = evaluate_computation(comp, args)
             value, index = (float(np.asarray(g)) for g in got)
@@ -116,6 +116,12 @@ def _scalar(inst: Instruction) -> float | None:
     return float(np.asarray(inst.literal, np.float64).reshape(()))
 
 
+def _integer(inst: Instruction) -> int | None:
+    if inst.opcode != "constant" or inst.literal is None or inst.literal.size != 1:
+        return None
+    return int(np.asarray(inst.literal).reshape(()))
+
+
 class ArgReduceExpander(HloPass):
     name = "arg_reduce_expander"
 
@@ -157,19 +163,18 @@ class ArgReduceExpander(HloPass):
     def _match(red: Instruction) -> str | None:
         x, index, init_x, init_i = red.operands
         dims = tuple(red.attrs.get("dimensions", ()))
-        if len(dims) != 1 or index.shape.dtype != "s32" or x.shape.dtype not in _FLOATS + _INTS:
+        if len(dims) != 1 or index.shape.dtype not in _INDEX or x.shape.dtype not in _FLOATS + _INTS:
             return None
         if not _is_iota_along(index, dims[0]) or not 0 < x.shape.dims[dims[0]] < 1 << 24 or _scalar(init_i) != 0:
             return None
         comp = red.attrs.get("to_apply")
-        kind = comparator_kind(comp, x.shape.dtype) if isinstance(comp, Computation) else None
+        kind = comparator_kind(comp, x.shape.dtype, index.shape.dtype) if isinstance(comp, Computation) else None
         if kind is None:
             return None
         if x.shape.dtype in _INTS:
             info = np.iinfo(numpy_dtype(x.shape.dtype))
-            identity = float(info.min if kind == "max" else info.max)
-        else:
-            identity = -np.inf if kind == "max" else np.inf
+            return kind if _integer(init_x) == int(info.min if kind == "max" else info.max) else None
+        identity = -np.inf if kind == "max" else np.inf
         return kind if _scalar(init_x) == identity else None
 
     def _reducer(self, module: Module, op: str, dtype: str) -> Computation:
@@ -211,7 +216,7 @@ class ArgReduceExpander(HloPass):
         picked = add("select", Shape("f32", dims), [hit, idx, big])
         first = add("reduce", Shape("f32", out_dims), [picked, inf],
                     {"dimensions": (dim,), "to_apply": self._reducer(module, "minimum", "f32")})
-        i = add("convert", Shape("s32", out_dims), [first])
+        i = add("convert", Shape(index.shape.dtype, out_dims), [first])
         result = add("tuple", red.shape, [m, i])
         at = comp.instructions.index(red)
         comp.instructions[at:at + 1] = new
