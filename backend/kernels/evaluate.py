@@ -81,11 +81,9 @@ class TempStore:
     """Free lists of full [pw, fw] and vector [pw, 1] temporaries for one tile (dry: unlimited, counted)."""
 
     def __init__(self, full: list[Tile] | None, vec: list[Tile] | None, item: int = 4):
-        self.dry = full is None
-        self.item = item  # bytes per element the temporaries hold
+        self.dry, self.item = full is None, item  # item: bytes per element the temporaries hold
         self.free = {"T": list(reversed(full or [])), "V": list(reversed(vec or []))}
-        self.peak = {"T": 0, "V": 0}
-        self.live = {"T": 0, "V": 0}
+        self.peak, self.live = {"T": 0, "V": 0}, {"T": 0, "V": 0}
         self.widest = 4  # bytes of the widest element a temporary held (8: 64-bit integers)
 
     @staticmethod
@@ -99,9 +97,7 @@ class TempStore:
     pool: Pool | None = None
 
     def take(self, kind: str, where: str, dtype: str = "f32") -> Tile:
-        self.widest = max(self.widest, isa_dtype(dtype).itemsize)
-        if not self.dry and self.pool is None and isa_dtype(dtype).itemsize > self.item:
-            raise CompilationError(f"{where}: internal error: a {dtype} temporary in {self.item}-byte slots")
+        self.widest = max(self.widest, isa_dtype(dtype).itemsize)  # Temporaries sizes the slots by it
         self.live[kind] += 1
         self.peak[kind] = max(self.peak[kind], self.live[kind])
         if self.dry:
@@ -537,28 +533,23 @@ class TileEvaluator:
             base += view.strides[c.p_axis] * c.p0
             cm = view.strides[c.p_axis]
         form = self._iota_form(node)
-        engine = self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
-        if out.dtype in WIDE_INTEGERS:
-            engine = "pool"  # 64-bit integers: GpSimd only
+        wide = out.dtype in WIDE_INTEGERS  # 64-bit integers: GpSimd only
+        engine = "pool" if wide else self.b.pick_engine(("pool", "dve")) if out.memory == "sbuf" else "dve"
         if form in ("vector", "ramp"):
             self.b.iota(out, int(base), int(cm), f"{self.label} iota", engine=engine)
             return
         if form == "table":  # the kernels read such iotas as constants (elementwise._iotas_as_constants)
             raise CompilationError(f"{where_of(node)}: internal error: an iota over several free axes of a tile")
         stride = next(view.strides[a] for a, _, n in c.free if n > 1)
-        if integer.is_integer(out.dtype):  # exact: the ramp times its stride plus the base, on GpSimd
-            vec = self._scratch("V", out.dtype)
-            self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine="pool")
-            self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine="pool")
-            self._int_emit("tensor_scalar", f"{self.label} iota stride",
-                           {"op": "multiply", **integer.immediate_attrs(stride), "op1": "add", "scalar1": 0.0},
-                           dst=out, src=out, scalar1_vec=vec)
-            return
-        vec = self._scratch("V")
+        vec = self._scratch("V", out.dtype if wide else "f32")
         self.b.iota(vec, int(base), int(cm), f"{self.label} iota base", engine=engine)
         self.b.iota(out, 0, 0, f"{self.label} iota ramp", engine=engine)
-        self.b.tensor_scalar(out, out, "multiply", float(stride), f"{self.label} iota stride", op1="add",
-                             scalar1_vec=vec)
+        if wide:  # exact: the ramp times its stride plus the base, in GpSimd's integer mode
+            self._int_emit("tensor_scalar", f"{self.label} iota stride", {"op": "multiply", **integer.immediate_attrs(
+                stride), "op1": "add", "scalar1": 0.0}, dst=out, src=out, scalar1_vec=vec)
+        else:
+            self.b.tensor_scalar(out, out, "multiply", float(stride), f"{self.label} iota stride", op1="add",
+                                 scalar1_vec=vec)
 
 
 def _kind_of(operand: Operand) -> str:
