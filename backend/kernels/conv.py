@@ -144,6 +144,19 @@ class _ImageTile:
                        partitions=partitions)
 
 
+def _row_runs(r0: int, r1: int, stride: int, keep: set[int] | None) -> list[tuple[int, int, int]]:
+    """Tile rows [r0, r1) to load as (first, count, step): all of them, or those whose residue modulo
+    `stride` is in `keep`."""
+    if keep is None:
+        return [(r0, r1 - r0, 1)] if r1 > r0 else []
+    runs = []
+    for rho in sorted(keep):
+        first = r0 + (rho - r0) % stride
+        if first < r1:
+            runs.append((first, -(-(r1 - first) // stride), stride))
+    return runs
+
+
 class _ConvKernel:
     def __init__(self, builder: ProgramBuilder, plan: ConvPlan):
         self.b, self.plan = builder, plan
@@ -183,8 +196,9 @@ class _ConvKernel:
         pe_ns = pe / self.b.target.clock_ghz("pe")
         dma = data["dma"]
         overhead = dma.get("descriptor_overhead_bytes", 0)
-        run = self.W * itemsize(self.x.stored_dtype) * (1 if fw > 1 else self.H)
-        nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * (1 + overhead / run)
+        run = self.W * itemsize(self.x.stored_dtype) * (1 if fw > 1 or rows.stride > 1 else self.H)
+        read = len({(jh * fh * rows.dilation) % rows.stride for jh in range(-(-kh // fh))}) / rows.stride
+        nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * read * (1 + overhead / run)
         out = plan.out.dtype
         nbytes += pixels * co_tiles * self.parts * itemsize(out) * (1 + overhead / (self.limit * itemsize(out)))
         dma_ns = nbytes / min(dma["queues"] * dma["queue_bytes_per_ns"], data["hbm"]["bytes_per_ns"])
@@ -319,22 +333,45 @@ class _ConvKernel:
             if u1 > u0:
                 zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (Wt, nv), (1, u1 - u0)]), u0)
                 b.emit("dve", "memset", f"{label} zero columns", {"value": 0.0}, dst=zero)
+        keep = self._residues(sg, band)
         for r0, r1 in band_pieces(band, plan.rows):  # in block order, so the first matmuls start early
+            runs = _row_runs(r0, r1, plan.rows.stride, keep)
             for a, c in itertools.product(range(sg.fh), range(sg.fw)):
-                t0, t1 = max(r0, -band.v0 - a * dh), min(r1, self.H - band.v0 - a * dh)
+                lo, hi = -band.v0 - a * dh, self.H - band.v0 - a * dh
                 w0, w1 = max(0, -cols.u0 - c * dw), min(Wt, self.W - cols.u0 - c * dw)
-                if t1 <= t0 or w1 <= w0:
-                    continue
-                src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, t1 - t0),
-                                           (3, cols.u0 + w0 + c * dw, w1 - w0)])
-                dst = landing.ap(ldt, cn, simplify([(nv * Wt, nb), (Wt, t1 - t0), (1, w1 - w0)]), t0 * Wt + w0)
-                b.dma(replace(dst, start_partition=(a * sg.fw + c) * cn), simplified(src),
-                      f"{label} copy ({a}, {c}) rows {t0}:{t1}", split=DMA_PIECE, min_run=512)
+                for first, count, step in runs:
+                    k0 = max(0, -(-(lo - first) // step))
+                    k1 = min(count, max(0, -(-(hi - first) // step)))
+                    if k1 <= k0 or w1 <= w0:
+                        continue
+                    t0, n = first + k0 * step, k1 - k0
+                    src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, n),
+                                               (3, cols.u0 + w0 + c * dw, w1 - w0)])
+                    if n > 1:  # every step-th row
+                        src = replace(src, pattern=(src.pattern[0], (x.strides[2] * step, n), src.pattern[2]))
+                    dst = landing.ap(ldt, cn, simplify([(nv * Wt, nb), (step * Wt, n), (1, w1 - w0)]),
+                                     t0 * Wt + w0)
+                    b.dma(replace(dst, start_partition=(a * sg.fw + c) * cn), simplified(src),
+                          f"{label} copy ({a}, {c}) rows {t0}:{t0 + (n - 1) * step + 1}:{step}", split=DMA_PIECE,
+                          min_run=512)
             if self.casting:
-                pattern = simplify([(nv * Wt, nb), (1, (r1 - r0) * Wt)])
-                b.copy(tile.ap(plan.compute, parts, pattern, r0 * Wt), landing.ap(ldt, parts, pattern, r0 * Wt),
-                       f"{label} cast rows {r0}:{r1}", engines=("act", "dve", "pool"))
+                for first, count, step in runs:
+                    pattern = simplify([(nv * Wt, nb), (step * Wt, count), (1, Wt)])
+                    b.copy(tile.ap(plan.compute, parts, pattern, first * Wt),
+                           landing.ap(ldt, parts, pattern, first * Wt),
+                           f"{label} cast rows {first}:{r1}:{step}", engines=("act", "dve", "pool"))
         return tile
+
+    def _residues(self, sg: SuperGroup, band: Band) -> set[int] | None:
+        """Tile rows modulo the row stride that some matmul reads (None: all of them). A strided
+        convolution with folded rows (a patch embedding) reads one row in `stride` of each copy."""
+        rows = self.plan.rows
+        if rows.stride == 1:
+            return None
+        nh = -(-self.plan.w.dims[2] // sg.fh)
+        keep = {band.row(blk.r0 * rows.stride + rows.offset(jh * sg.fh)) % rows.stride
+                for blk in band.blocks for jh in range(nh)}
+        return None if len(keep) == rows.stride else keep
 
     # -- matmuls ----------------------------------------------------------------------------------------------
     def _valid(self, cols: _Cols, unit: Unit, jw: int, blk: Block) -> tuple[int, int]:
