@@ -68,6 +68,7 @@ def test_bottleneck_chain_fp32():
     (96, 96, 7, 1, 96, (17, 15)),   # ConvNeXt's depthwise 7x7, odd sizes
     (48, 96, 3, 2, 48, (9, 10)),    # depthwise with a channel multiplier, strided
     (64, 64, 3, 1, 4, (8, 8)),      # grouped
+    (150, 150, 3, 1, 3, (6, 7)),    # grouped, output-channel tiles not at multiples of 128 (batch norm per tile)
     (130, 70, 1, 2, 1, (7, 9)),     # strided 1x1 over two input-channel tiles
     (3, 40, 5, 1, 1, (11, 6)),      # few channels: taps folded into the contraction
 ])
