@@ -36,6 +36,7 @@ from backend.layout import View, itemsize
 from isa.dtypes import dtype as isa_dtype
 
 WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor overhead 256 B per run: 12%)
+DIAGONAL_DTYPES = ("bf16", "f16", "f32")
 WEIGHT_PARTS = 32  # partitions of one weight transfer (pieces of 64 KiB at most: many queues in flight)
 
 
@@ -122,6 +123,10 @@ class ConvWeights:
         self._tiles: dict[int, tuple[Tile, int]] = {}  # unit -> (tile, element offset of its bank)
         self._casting = not w.is_const and w.stored_dtype != compute
         self._const: View | None = None
+        # depthwise: the diagonal stationaries are built on chip from the taps (see _load_diagonal)
+        self.taps = self.KH * self.KW
+        self.diagonal = (w.is_const and groups > 1 and self.cig == 1 and self.cog == 1 and compute in DIAGONAL_DTYPES
+                         and all(u.copies == 1 and u.c0 == u.o0 and u.cn == u.on for u in self.units))
 
     def chunks(self, unit: Unit) -> tuple[int, int]:
         """Row and column chunks (NH, NW): matmuls per unit and output block."""
@@ -135,6 +140,9 @@ class ConvWeights:
         self.resident = total * csz <= budget
         size, bufs = (total, 1) if self.resident else (self.tiles_per_fetch * self.F, streamed_bufs)
         specs = [PoolSpec("w", "sbuf", size * csz, bufs)]
+        if self.diagonal:
+            loaded = len(self.units) if self.resident else self.tiles_per_fetch
+            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2))
         if self._casting:
             specs.append(PoolSpec("w_stage", "sbuf", size * itemsize(self.w.stored_dtype), 1))
         return specs
@@ -172,6 +180,9 @@ class ConvWeights:
     def _load(self, tile: Tile, units: list[Unit]) -> None:
         """The banks of `units` (adjacent slots) into `tile`, from the arranged constant or scattered."""
         first = min(self.slot[u.index] for u in units)
+        if self.diagonal:
+            self._load_diagonal(tile, units, first)
+            return
         if not self.w.is_const:
             self._scatter(tile, units, lambda u: (self.slot[u.index] - first) * self.F)
             return
@@ -188,6 +199,38 @@ class ConvWeights:
                 src = self._const.hbm_ap(0, p0, pn, [(1, first * self.F + f0, fn)])
                 dst = replace(tile.flat(self.compute, pn, fn, f0), start_partition=p0)
                 self.b.dma(dst, src, label, split=pn * fn * itemsize(self.compute))
+
+    def _load_diagonal(self, tile: Tile, units: list[Unit], first: int) -> None:
+        """Depthwise stationaries: unit u's bank holds, per tap t, diag(w[c0:c0+cn, t]), i.e. mostly zeros
+        (128x the weight's bytes). Load the taps [cn, KH * KW] instead (one small DMA) and build the banks
+        on chip: one multiply per unit of the identity (broadcast over taps) by the taps (broadcast over
+        columns)."""
+        if self._const is None:
+            self._const = self.b.new_const(self._tap_array(), self.compute)
+        parts, width = max(u.cn for u in units), len(units) * self.taps
+        taps = self.pools["w_taps"].next()
+        src = self._const.hbm_ap(0, 0, parts, [(1, first * self.taps, width)])
+        self.b.dma(taps.flat(self.compute, parts, width), src, f"{self.tag} weights taps")
+        ident = self.b.identity(self.compute)
+        for u in units:
+            k = self.slot[u.index] - first
+            dst = tile.ap(self.compute, u.cn, ((u.on, self.taps), (1, u.on)), k * self.F)
+            eye = ident.ap(self.compute, u.cn, ((0, self.taps), (1, u.on)))
+            w = taps.ap(self.compute, u.cn, ((1, self.taps), (0, u.on)), k * self.taps)
+            self.b.tensor_tensor(dst, eye, w, "multiply", f"{self.tag} weights u{u.index} diagonal stationaries")
+
+    def _tap_array(self) -> np.ndarray:
+        """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p (kernel rows,
+        then columns, flipped as the window says)."""
+        w = self.w.const_array().astype(np.float32)[:, 0]
+        if self.flip[0]:
+            w = w[:, ::-1]
+        if self.flip[1]:
+            w = w[:, :, ::-1]
+        out = np.zeros((self.P, len(self.units), self.taps), np.float32)
+        for u in self.units:
+            out[:u.cn, self.slot[u.index]] = w[u.c0:u.c0 + u.cn].reshape(u.cn, self.taps)
+        return out.reshape(self.P, -1).astype(isa_dtype(self.compute).numpy)
 
     def _arranged(self) -> np.ndarray:
         """All units' banks, [P, units * F], zero where no weight applies."""
