@@ -51,8 +51,12 @@ class Epilogue:
         dry_leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
         dry_acc = AccessPattern("sbuf", "f32", 0, ((1, fmax),), partitions=pmax)
         coords = Coords(p_axis, 0, ((f_axis, 0, fmax),))
-        self.temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, fmax, dry_leaves, acc=dry_acc,
-                                                           coords=coords).run(root, dry_acc))
+        # measured against destinations that cannot hold intermediates: a result written in place into an
+        # on-chip image is not a scratch tile, and a tile of one column looks like a vector to the evaluation
+        for width in (fmax, 1):
+            dry_dst = AccessPattern("psum", "f32", 0, ((1, width),), partitions=pmax)
+            self.temps.measure(lambda bb, store, d=dry_dst: TileEvaluator(
+                bb, store, pmax, fmax, dry_leaves, acc=dry_acc, coords=coords).run(root, d))
         self.pools: dict[str, Pool] = {}
 
     def specs(self) -> list[PoolSpec]:
