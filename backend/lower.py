@@ -38,7 +38,8 @@ from backend.kernels.reduce import reduce_kernel
 from backend.kernels.scan import plan_window, window_kernel
 from backend.kernels.sort import lower_sort
 from backend.kernels.topk import lower_topk
-from backend.layout import View, isa_dtype_of
+from backend.kernels.transpose import can_transpose
+from backend.layout import Buffer, View, isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Module
 from hlo.opcodes import custom_call_target
@@ -130,7 +131,7 @@ class Lowering:
             return order
         users = self.users.get(inst, [])
         if (len(users) == 1 and users[0].opcode == "transpose" and inst is not self.entry.root
-                and _writes_any_layout(inst)):
+                and _writes_any_layout(inst) and not self._minor_moved_for_kernels(users[0])):
             perm = tuple(users[0].attrs["dimensions"])
             self.b.layout_notes.append(f"%{inst.name}: stored in the order {list(perm)} of its transpose "
                                        f"%{users[0].name}")
@@ -206,6 +207,10 @@ class Lowering:
 
     def _layout(self, inst: Instruction, ops: list[Value]) -> Value:
         value = layout_value(inst, ops, self.b)
+        if isinstance(value, View) and inst.opcode == "transpose" and self._transpose_on_pe(inst, value):
+            dense = self.b.scratch(value.dtype, value.dims, label=inst.name)
+            copy_kernel(self.b, value, dense, self.name(inst), inst.where())  # PE transposes (transpose.py)
+            return dense
         if value is not None:
             return value
         x = view_of(ops[0], inst.operands[0])
@@ -216,6 +221,27 @@ class Lowering:
         result = dense.reshape(inst.shape.dims)
         assert result is not None
         return result
+
+
+    def _minor_moved_for_kernels(self, transpose: Instruction) -> bool:
+        """A transpose that moves the minor axis, read by kernels that do not transpose operands themselves:
+        its operand is stored in its own order and the transpose runs on PE (_transpose_on_pe), rather than
+        one side of a kernel moving one element per DMA descriptor."""
+        perm = tuple(transpose.attrs["dimensions"])
+        users = self.users.get(transpose, [])
+        return perm[-1] != len(perm) - 1 and bool(users) and not any(_transposes_operands(u) for u in users)
+
+    def _transpose_on_pe(self, inst: Instruction, view: View) -> bool:
+        """Materialize a transpose that moves the minor axis (ConvNeXt's permutes between channel-major
+        convolutions and channel-last layer norms) when no user transposes operands itself (elementwise,
+        row and convolution kernels would read it with one DMA descriptor per element, where PE transposes
+        it in 128 x 128 blocks; dots and attention read transposed operands on their own)."""
+        users = self.users.get(inst, [])
+        if not users or inst is self.entry.root or view.strides[-1] == 1 or view.dims[-1] == 1:
+            return False
+        if view.size <= self.b.options.strided_dma_max_elements or any(_transposes_operands(u) for u in users):
+            return False
+        return can_transpose(view, View.of(Buffer(view.dtype, view.size), tuple(view.dims)))
 
 
 # what a broken invariant inside a kernel raises (assert, a bad index or key, a bad value or type)
@@ -445,6 +471,15 @@ FUSION_ANCHORS: dict[str, FusionHandler] = {
     "reduce-window": anchored_fusion("reduce-window", plan_window, window_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }
+
+
+def _transposes_operands(inst: Instruction) -> bool:
+    """Dots (and fusions around one, attention) load a transposed operand with PE transposes of their own."""
+    if inst.opcode == "dot":
+        return True
+    comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
+    return inst.opcode == "fusion" and (inst.attrs.get("kind") == "kCustom" or isinstance(comp, Computation)
+                                        and any(sub.opcode == "dot" for sub in comp.instructions))
 
 
 def _writes_any_layout(inst: Instruction) -> bool:

@@ -8,8 +8,9 @@ Per model and per precision (fp32, and `--auto-cast matmult`): compile wall time
 eager (max abs error / max abs reference, the worst output); simulated time; MFU; sim/bound, where bound =
 max(FLOPs at the PE peak of the precision, compulsory HBM bytes at HBM bandwidth), both figures from the target
 file (isa/targets/trn1.json: PE clock x 128 x 128 MACs, fp32 at 1/fp32_factor of it; hbm.bytes_per_ns).
-Compulsory bytes are the program's inputs, outputs and constants in their compiled dtype, each moved once,
-except that an embedding table counts only the rows gathered (unless it is also a matmul weight, tied).
+Compulsory bytes are the program's inputs and outputs and the model's weights in their compute dtype (matmul and
+convolution weights in bf16 under `--auto-cast matmult`), each moved once, except that an embedding table counts
+only the rows gathered (unless it is also a matmul weight, tied).
 FLOPs are torch's count (torch.utils.flop_counter) of the eager model. Emulate s is the emulator's wall time,
 eager s torch's (CPU, fp32). A model that fails is reported with its error and the table goes on.
 """
@@ -53,6 +54,7 @@ class Run:
     mfu: float = float("nan")
     sim_over_bound: float = float("nan")
     bound: str = ""
+    bound_us: float = float("nan")
     emulate_s: float = float("nan")
 
 
@@ -88,19 +90,23 @@ def rel_error(actual: list[np.ndarray], expected: list[np.ndarray]) -> float:
     return worst
 
 
-def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> list[tuple[tuple[int, ...], int]]:
-    """(table shape, rows gathered) of every embedding whose table is not also a matmul weight (tied)."""
-    weights = {id(m.weight) for m in model.modules()
-               if isinstance(m, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Conv2d)}
+def _matmul_weights(model: torch.nn.Module) -> set[int]:
+    """ids of the weights that matmuls and convolutions read (bf16 under `--auto-cast matmult`)."""
+    ids = {id(m.weight) for m in model.modules()
+           if isinstance(m, torch.nn.Linear | torch.nn.Conv1d | torch.nn.Conv2d | torch.nn.Conv3d)}
     # transformers' Conv1D (GPT-2) keeps its weight as a parameter named weight too
-    weights |= {id(m.weight) for m in model.modules()
-                if type(m).__name__ == "Conv1D" and hasattr(m, "weight")}
-    found: list[tuple[tuple[int, ...], int]] = []
+    return ids | {id(m.weight) for m in model.modules() if type(m).__name__ == "Conv1D" and hasattr(m, "weight")}
+
+
+def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> dict[int, int]:
+    """Rows gathered, by id of the table, of every embedding whose table is not also a matmul weight (tied)."""
+    weights = _matmul_weights(model)
+    found: dict[int, int] = {}
     hooks = []
     for m in model.modules():
         if isinstance(m, torch.nn.Embedding) and id(m.weight) not in weights:
-            hooks.append(m.register_forward_hook(
-                lambda mod, inp, out: found.append((tuple(mod.weight.shape), int(torch.unique(inp[0]).numel())))))
+            hooks.append(m.register_forward_hook(lambda mod, inp, out: found.__setitem__(
+                id(mod.weight), found.get(id(mod.weight), 0) + int(torch.unique(inp[0]).numel()))))
     try:
         with torch.no_grad():
             model(*args, **kwargs)
@@ -110,19 +116,31 @@ def embedding_savings(model: torch.nn.Module, args: tuple, kwargs: dict) -> list
     return found
 
 
-def compulsory_bytes(program: Any, savings: list[tuple[tuple[int, ...], int]]) -> int:
-    total = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "output", "const"))
-    constants = [t for t in program.tensors.values() if t.kind == "const"]
-    for shape, rows in savings:
-        table = next((t for t in constants if tuple(t.shape) == shape), None)
-        if table is not None:
-            constants.remove(table)
-            total -= table.nbytes - table.nbytes // shape[0] * rows
+def weight_bytes(model: torch.nn.Module, cast: str, savings: dict[int, int]) -> int:
+    """The model's parameters and floating-point buffers, each once, in the dtype the compiled program computes
+    with (matmul and convolution weights in bf16 under `--auto-cast matmult`, everything else as stored); an
+    embedding table that is not a matmul weight counts only the rows gathered."""
+    matmul = _matmul_weights(model) if cast == "matmult" else set()
+    tensors = {id(t): t for t in model.parameters()}
+    tensors.update({id(t): t for t in model.buffers() if t.is_floating_point()})
+    total = 0
+    for key, t in tensors.items():
+        size = 2 if key in matmul else t.element_size()
+        rows = min(savings.get(key, t.shape[0] if t.dim() else 1), t.shape[0] if t.dim() else 1)
+        total += t.numel() // max(1, t.shape[0] if t.dim() else 1) * rows * size
     return total
 
 
+def compulsory_bytes(program: Any, model: torch.nn.Module, cast: str, savings: dict[int, int]) -> int:
+    """Inputs and outputs of the compiled program, plus the weights (weight_bytes), each moved once.
+    (Not the program's constants: those hold the weights as their kernels read them, zero-padded
+    block-diagonal banks of grouped convolutions included, which are not compulsory bytes.)"""
+    io = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "output"))
+    return io + weight_bytes(model, cast, savings)
+
+
 def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expected: list[np.ndarray],
-             flops: float, savings: list, target: Any) -> Run:
+             flops: float, savings: dict[int, int], target: Any) -> Run:
     run = Run()
     try:
         start = time.perf_counter()
@@ -136,9 +154,10 @@ def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expec
         peak = target.pe_peak_flops_bf16  # FLOP/s
         if cast == "none":
             peak /= target.data["pe"]["fp32_factor"]
-        hbm_us = compulsory_bytes(exe.program, savings) / (target.data["hbm"]["bytes_per_ns"] * 1e3)
+        hbm_us = compulsory_bytes(exe.program, model, cast, savings) / (target.data["hbm"]["bytes_per_ns"] * 1e3)
         pe_us = flops / peak * 1e6
         run.bound = "pe" if pe_us >= hbm_us else "hbm"
+        run.bound_us = max(pe_us, hbm_us)
         run.sim_over_bound = prof.time_us / max(pe_us, hbm_us)
     except Exception as e:  # report and go on: the table lists every model, whatever its status
         run.status = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"

@@ -47,7 +47,7 @@ def convolution(b: HloBuilder, x: Instruction, weight: Instruction, bias: Instru
     require(x.shape.dtype == weight.shape.dtype, f"convolution of {x.shape.dtype} and {weight.shape.dtype}")
     spatial = _SPATIAL[:n]
     strides, pads, dils = _ints(stride, n, "stride"), _ints(padding, n, "padding"), _ints(dilation, n, "dilation")
-    if not transposed and _is_patchify(weight, strides, pads, dils, int(groups)):
+    if not transposed and _is_patchify(x, weight, strides, pads, dils, int(groups)):
         out = _patchify(b, x, weight, strides)
     elif transposed:
         out = _transposed(b, x, weight, strides, pads, dils, _ints(output_padding, n, "output_padding"), int(groups))
@@ -60,11 +60,19 @@ def convolution(b: HloBuilder, x: Instruction, weight: Instruction, bias: Instru
     return out
 
 
-def _is_patchify(weight: Instruction, strides: list[int], pads: list[int], dils: list[int], groups: int) -> bool:
-    """A patch embedding (ViT's 16x16 stride-16 convolution): windows that tile the input without overlap."""
+PATCHIFY_ROW_BYTES = 96 * 1024  # per channel: the input rows of one row of windows the conv kernel holds
+
+
+def _is_patchify(x: Instruction, weight: Instruction, strides: list[int], pads: list[int], dils: list[int],
+                 groups: int) -> bool:
+    """A patch embedding whose windows tile the input without overlap and whose input rows for one row
+    of windows (kernel rows x width, fp32) are too many for the convolution kernel's SBUF tile. Smaller
+    ones (ViT's 16x16 on 224 columns, ConvNeXt's 4x4 stem and 2x2 downsampling) stay convolutions: the
+    kernel reads whole input rows, where the dot reads the patches with runs of one window row."""
     kernel = list(weight.shape.dims[2:])
+    rows = kernel[0] * (x.shape.dims[3] if len(kernel) > 1 else 1) * 4
     return (groups == 1 and not any(pads) and all(d == 1 for d in dils) and strides == kernel
-            and any(k > 1 for k in kernel))
+            and any(k > 1 for k in kernel) and rows > PATCHIFY_ROW_BYTES)
 
 
 def _patchify(b: HloBuilder, x: Instruction, weight: Instruction, strides: list[int]) -> Instruction:

@@ -40,6 +40,7 @@ from hlo.ir import Instruction as HloInstruction
 from hlo.ir import WindowDim
 from hlo.shape_util import ShapeInferenceError
 from hlo.shape_window import conv_dims, window_of, window_output_size
+from isa.program import AccessPattern
 
 X_BUDGET = 96 * 1024  # bytes per partition for the input band tiles (all buffers)
 W_BUDGET = 64 * 1024  # bytes per partition under which all weights stay resident
@@ -131,6 +132,31 @@ class _Cols:
     clip: bool
 
 
+@dataclass(frozen=True)
+class _ImageTile:
+    """An input band read in place from an on-chip image: `Tile.ap` over the image's access."""
+
+    at: AccessPattern
+
+    def ap(self, dtype: str, partitions: int, pattern: tuple[tuple[int, int], ...], elem_offset: int = 0
+           ) -> AccessPattern:
+        return replace(self.at, offset=self.at.offset + elem_offset * itemsize(dtype), pattern=tuple(pattern),
+                       partitions=partitions)
+
+
+def _row_runs(r0: int, r1: int, stride: int, keep: set[int] | None) -> list[tuple[int, int, int]]:
+    """Tile rows [r0, r1) to load as (first, count, step): all of them, or those whose residue modulo
+    `stride` is in `keep`."""
+    if keep is None:
+        return [(r0, r1 - r0, 1)] if r1 > r0 else []
+    runs = []
+    for rho in sorted(keep):
+        first = r0 + (rho - r0) % stride
+        if first < r1:
+            runs.append((first, -(-(r1 - first) // stride), stride))
+    return runs
+
+
 class _ConvKernel:
     def __init__(self, builder: ProgramBuilder, plan: ConvPlan):
         self.b, self.plan = builder, plan
@@ -170,8 +196,9 @@ class _ConvKernel:
         pe_ns = pe / self.b.target.clock_ghz("pe")
         dma = data["dma"]
         overhead = dma.get("descriptor_overhead_bytes", 0)
-        run = self.W * itemsize(self.x.stored_dtype) * (1 if fw > 1 else self.H)
-        nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * (1 + overhead / run)
+        run = self.W * itemsize(self.x.stored_dtype) * (1 if fw > 1 or rows.stride > 1 else self.H)
+        read = len({(jh * fh * rows.dilation) % rows.stride for jh in range(-(-kh // fh))}) / rows.stride
+        nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * read * (1 + overhead / run)
         out = plan.out.dtype
         nbytes += pixels * co_tiles * self.parts * itemsize(out) * (1 + overhead / (self.limit * itemsize(out)))
         dma_ns = nbytes / min(dma["queues"] * dma["queue_bytes_per_ns"], data["hbm"]["bytes_per_ns"])
@@ -181,7 +208,7 @@ class _ConvKernel:
         plan, opts, alloc = self.plan, self.b.options, self.b.alloc
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks)] + self.epilogue.specs()
         nt = max(len(sg.ci) for sg in self.sgs)
-        specs += self.weights.specs(min(W_BUDGET, alloc.sbuf_capacity() // 3), 2 * nt)
+        specs += self.weights.specs(min(W_BUDGET, alloc.sbuf_capacity() // 3), 2)
         room = min(X_BUDGET, alloc.sbuf_capacity() - alloc.sbuf_need(specs))
         csz, ssz = itemsize(plan.compute), itemsize(self.x.stored_dtype)
         width = max(cols.width for cols in self.layout)
@@ -228,10 +255,66 @@ class _ConvKernel:
         self.b.alloc.end_kernel()
 
     # -- input ------------------------------------------------------------------------------------------------
-    def _load_band(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> Tile:
+    def _in_place(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> _ImageTile | None:
+        """The band read where it already is when the input is kept on chip (residency.py) in the compute
+        dtype and the tile would be a plain copy of it: no copies stacked, no padding rows, one image."""
+        if (sg.fh, sg.fw, band.nb) != (1, 1, 1) or self.casting or self.x.is_const or not cols.clip:
+            return None
+        if band.v0 < 0 or band.v0 + band.nv > self.H:
+            return None
+        src = self.x.hbm_ap(1, c0, cn, [(0, band.b0, 1), (2, band.v0, band.nv), (3, 0, self.W)])
+        moved = self.b.resident(simplified(src))
+        if moved is None or moved.pattern != ((1, band.nv * self.W),):
+            return None
+        return _ImageTile(moved)
+
+    def _copy_band(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> Tile | None:
+        """The band copied (and converted) by the compute engines from an on-chip image, where the tile
+        is not the image itself (padding rows or columns, another dtype): lane to lane, no DMA. Only
+        unfolded tiles (their one copy sits on the image's partitions)."""
+        if (sg.fh, sg.fw, band.nb) != (1, 1, 1) or self.x.is_const:
+            return None
+        b, plan, nv, Wt = self.b, self.plan, band.nv, cols.width
+        t0, t1 = max(0, -band.v0), min(nv, self.H - band.v0)
+        w0, w1 = max(0, -cols.u0), min(Wt, self.W - cols.u0)
+        if t1 <= t0 or w1 <= w0:
+            return None
+
+        def source(r0: int, r1: int) -> AccessPattern | None:
+            src = self.x.hbm_ap(1, c0, cn, [(0, band.b0, 1), (2, band.v0 + r0, r1 - r0), (3, cols.u0 + w0, w1 - w0)])
+            return b.resident(simplified(src))
+
+        if source(t0, t1) is None:
+            return None
+        tile, cdt = self.pools["x"].next(), plan.compute
+        label = f"{plan.name} x c{c0} b{band.b0} v{band.v0}"
+        for r0, r1 in ((0, t0), (t1, nv)):  # padding rows
+            if r1 > r0:
+                b.emit("dve", "memset", f"{label} zero rows", {"value": 0.0},
+                       dst=tile.ap(cdt, cn, ((1, (r1 - r0) * Wt),), r0 * Wt))
+        for u0, u1 in ((0, w0), (w1, Wt)):  # padding columns
+            if u1 > u0:
+                b.emit("dve", "memset", f"{label} zero columns", {"value": 0.0},
+                       dst=tile.ap(cdt, cn, simplify([(Wt, nv), (1, u1 - u0)]), u0))
+        for r0, r1 in band_pieces(band, plan.rows):  # in block order, so the first matmuls start early
+            r0, r1 = max(r0, t0), min(r1, t1)
+            if r1 > r0:
+                src = source(r0, r1)
+                assert src is not None  # a piece of an image is in the image
+                dst = tile.ap(cdt, cn, simplify([(Wt, r1 - r0), (1, w1 - w0)]), r0 * Wt + w0)
+                b.copy(dst, src, f"{label} rows {r0}:{r1} from chip", engines=("act", "dve", "pool"))
+        return tile
+
+    def _load_band(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> Tile | _ImageTile:
         """The input tile of channels [c0, c0 + cn) for `band`: copy (a, c) on partitions
         [(a * fw + c) * cn, ... + cn) holds, at tile row r and column u, the input at virtual row
         v0 + r + a * row dilation and virtual column u0 + u + c * column dilation (zero outside)."""
+        in_place = self._in_place(sg, cols, c0, cn, band)
+        if in_place is not None:
+            return in_place
+        copied = self._copy_band(sg, cols, c0, cn, band)
+        if copied is not None:
+            return copied
         b, plan, x = self.b, self.plan, self.x
         nv, nb, parts = band.nv, band.nb, sg.fh * sg.fw * cn
         dh, dw, Wt = plan.rows.dilation, plan.cols.dilation, cols.width
@@ -250,22 +333,45 @@ class _ConvKernel:
             if u1 > u0:
                 zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (Wt, nv), (1, u1 - u0)]), u0)
                 b.emit("dve", "memset", f"{label} zero columns", {"value": 0.0}, dst=zero)
+        keep = self._residues(sg, band)
         for r0, r1 in band_pieces(band, plan.rows):  # in block order, so the first matmuls start early
+            runs = _row_runs(r0, r1, plan.rows.stride, keep)
             for a, c in itertools.product(range(sg.fh), range(sg.fw)):
-                t0, t1 = max(r0, -band.v0 - a * dh), min(r1, self.H - band.v0 - a * dh)
+                lo, hi = -band.v0 - a * dh, self.H - band.v0 - a * dh
                 w0, w1 = max(0, -cols.u0 - c * dw), min(Wt, self.W - cols.u0 - c * dw)
-                if t1 <= t0 or w1 <= w0:
-                    continue
-                src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, t1 - t0),
-                                           (3, cols.u0 + w0 + c * dw, w1 - w0)])
-                dst = landing.ap(ldt, cn, simplify([(nv * Wt, nb), (Wt, t1 - t0), (1, w1 - w0)]), t0 * Wt + w0)
-                b.dma(replace(dst, start_partition=(a * sg.fw + c) * cn), simplified(src),
-                      f"{label} copy ({a}, {c}) rows {t0}:{t1}", split=DMA_PIECE, min_run=512)
+                for first, count, step in runs:
+                    k0 = max(0, -(-(lo - first) // step))
+                    k1 = min(count, max(0, -(-(hi - first) // step)))
+                    if k1 <= k0 or w1 <= w0:
+                        continue
+                    t0, n = first + k0 * step, k1 - k0
+                    src = x.hbm_ap(1, c0, cn, [(0, band.b0, nb), (2, band.v0 + t0 + a * dh, n),
+                                               (3, cols.u0 + w0 + c * dw, w1 - w0)])
+                    if n > 1:  # every step-th row
+                        src = replace(src, pattern=(src.pattern[0], (x.strides[2] * step, n), src.pattern[2]))
+                    dst = landing.ap(ldt, cn, simplify([(nv * Wt, nb), (step * Wt, n), (1, w1 - w0)]),
+                                     t0 * Wt + w0)
+                    b.dma(replace(dst, start_partition=(a * sg.fw + c) * cn), simplified(src),
+                          f"{label} copy ({a}, {c}) rows {t0}:{t0 + (n - 1) * step + 1}:{step}", split=DMA_PIECE,
+                          min_run=512)
             if self.casting:
-                pattern = simplify([(nv * Wt, nb), (1, (r1 - r0) * Wt)])
-                b.copy(tile.ap(plan.compute, parts, pattern, r0 * Wt), landing.ap(ldt, parts, pattern, r0 * Wt),
-                       f"{label} cast rows {r0}:{r1}", engines=("act", "dve", "pool"))
+                for first, count, step in runs:
+                    pattern = simplify([(nv * Wt, nb), (step * Wt, count), (1, Wt)])
+                    b.copy(tile.ap(plan.compute, parts, pattern, first * Wt),
+                           landing.ap(ldt, parts, pattern, first * Wt),
+                           f"{label} cast rows {first}:{r1}:{step}", engines=("act", "dve", "pool"))
         return tile
+
+    def _residues(self, sg: SuperGroup, band: Band) -> set[int] | None:
+        """Tile rows modulo the row stride that some matmul reads (None: all of them). A strided
+        convolution with folded rows (a patch embedding) reads one row in `stride` of each copy."""
+        rows = self.plan.rows
+        if rows.stride == 1:
+            return None
+        nh = -(-self.plan.w.dims[2] // sg.fh)
+        keep = {band.row(blk.r0 * rows.stride + rows.offset(jh * sg.fh)) % rows.stride
+                for blk in band.blocks for jh in range(nh)}
+        return None if len(keep) == rows.stride else keep
 
     # -- matmuls ----------------------------------------------------------------------------------------------
     def _valid(self, cols: _Cols, unit: Unit, jw: int, blk: Block) -> tuple[int, int]:
@@ -283,7 +389,7 @@ class _ConvKernel:
                 return [(t, jh, jw)] + order
         return order
 
-    def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile], band: Band,
+    def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
                     grp: list[Block]) -> dict[Block, Tile]:
         b, plan = self.b, self.plan
         rows, sw = plan.rows, plan.cols.stride

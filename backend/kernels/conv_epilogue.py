@@ -51,8 +51,12 @@ class Epilogue:
         dry_leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
         dry_acc = AccessPattern("sbuf", "f32", 0, ((1, fmax),), partitions=pmax)
         coords = Coords(p_axis, 0, ((f_axis, 0, fmax),))
-        self.temps.measure(lambda bb, store: TileEvaluator(bb, store, pmax, fmax, dry_leaves, acc=dry_acc,
-                                                           coords=coords).run(root, dry_acc))
+        # measured against destinations that cannot hold intermediates: a result written in place into an
+        # on-chip image is not a scratch tile, and a tile of one column looks like a vector to the evaluation
+        for width in (fmax, 1):
+            dry_dst = AccessPattern("psum", "f32", 0, ((1, width),), partitions=pmax)
+            self.temps.measure(lambda bb, store, d=dry_dst: TileEvaluator(
+                bb, store, pmax, fmax, dry_leaves, acc=dry_acc, coords=coords).run(root, d))
         self.pools: dict[str, Pool] = {}
 
     def specs(self) -> list[PoolSpec]:
@@ -72,14 +76,17 @@ class Epilogue:
 
     def run(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, acc: AccessPattern,
             label: str) -> None:
-        """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it."""
-        dst = self.out_buffer().flat(self.out.dtype, pw, fw)
+        """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it (a result kept
+        on chip, residency.py, is written in place where engines may: no store DMA)."""
         free = [(self.f_axis, f0, fw)]
+        on_chip = self.b.resident(self.out.hbm_ap(self.p_axis, p0, pw, free, fixed))
+        dst = on_chip or self.out_buffer().flat(self.out.dtype, pw, fw)
         operands = self.loader.load(fixed, p0, pw, free)
         coords = Coords(self.p_axis, p0, tuple(free), tuple(fixed.items()))
         TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label, coords=coords).run(
             self.root, dst)
-        self.store(fixed, p0, pw, f0, fw, dst, label)
+        if on_chip is None:
+            self.store(fixed, p0, pw, f0, fw, dst, label)
 
     def store(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, tile: AccessPattern,
               label: str) -> None:

@@ -133,7 +133,10 @@ def plan_bands(batch: int, rows: Axis, cols: Axis, limit: int, fits: Callable[[i
         return [Band(b0, n, lo, whole, (Block(b0, n, 0, rows.out, 0, cols.out),))
                 for b0, n in _even(batch, nb)]
     if cols.out <= limit:
-        row_blocks = [(r0, nr, 0, cols.out) for r0, nr in _even(rows.out, max(1, limit // cols.out))]
+        per_block = max(1, min(rows.out, limit // cols.out))
+        while per_block > 1 and not fits(1, _rows_needed(rows, per_block)):  # a block's rows must fit a tile
+            per_block -= 1
+        row_blocks = [(r0, nr, 0, cols.out) for r0, nr in _even(rows.out, per_block)]
     else:
         row_blocks = [(r, 1, c0, nc) for r in range(rows.out) for c0, nc in _even(cols.out, limit)]
     bands: list[Band] = []
@@ -149,6 +152,11 @@ def plan_bands(batch: int, rows: Axis, cols: Axis, limit: int, fits: Callable[[i
         if current:
             bands.append(_band(b, current, rows))
     return bands
+
+
+def _rows_needed(rows: Axis, per_block: int) -> int:
+    """The most virtual input rows a block of `per_block` output rows reads."""
+    return (per_block - 1) * rows.stride + rows.offset(rows.taps - 1) - rows.offset(0) + 1
 
 
 def _band(b: int, blocks: list[tuple[int, int, int, int]], rows: Axis) -> Band:

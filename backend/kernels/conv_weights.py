@@ -13,8 +13,12 @@ stationary of chunk (jh, jw) then holds taps (jh * fh + a, jw * fw + c) for copy
 On chip a unit's weights are [fh * fw * cn partitions, NH * NW * on] (NH, NW: row and column chunks):
 partition (a * fw + c) * cn + ci, free ((jh * NW + jw) * on + o) holds W[o, ci, jh * fh + a, jw * fw + c]
 (zero across groups and past the kernel).
-A constant weight is arranged so at compile time (all units side by side in one [P, units * F] tensor,
-one DMA when resident); any other weight is scattered into place on chip by DMA.
+A constant weight is arranged so at compile time: all units side by side in one [P, units * F] tensor in
+the compute dtype, the units of one output-channel tile adjacent (its input-channel tiles in order), so
+that every load -- all units when resident, one output-channel tile's units when streamed -- is one
+contiguous run per partition, moved in pieces of WEIGHT_RUN bytes per partition on groups of
+WEIGHT_PARTS partitions, columns first (the first chunks' stationaries arrive first, and the pieces
+spread over the DMA queues). Any other weight is scattered into place on chip by DMA.
 """
 
 from __future__ import annotations
@@ -27,9 +31,13 @@ import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
-from backend.kernels.conv_geometry import DMA_PIECE, copy, fill
+from backend.kernels.conv_geometry import copy, fill
 from backend.layout import View, itemsize
 from isa.dtypes import dtype as isa_dtype
+
+WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor overhead 256 B per run: 12%)
+DIAGONAL_DTYPES = ("bf16", "f16", "f32")
+WEIGHT_PARTS = 32  # partitions of one weight transfer (pieces of 64 KiB at most: many queues in flight)
 
 
 def _tiles(start: int, count: int, most: int) -> tuple[tuple[int, int], ...]:
@@ -106,11 +114,19 @@ class ConvWeights:
                     self.units.append(Unit(len(self.units), s, t, c0, cn, o0, on, sg.fh, sg.fw))
         self.P = max(u.copies * u.cn for u in self.units)
         self.F = max(self.chunks(u)[0] * self.chunks(u)[1] * u.on for u in self.units)
+        # column slot (in banks of F) of each unit: an output-channel tile's units side by side
+        order = sorted(self.units, key=lambda u: (u.sg, u.o0, u.t))
+        self.slot = {u.index: n for n, u in enumerate(order)}
+        self.tiles_per_fetch = max(len(sg.ci) for sg in sgs)
         self.resident = False
         self.pools: dict[str, Pool] = {}
-        self._tiles: dict[int, Tile] = {}
+        self._tiles: dict[int, tuple[Tile, int]] = {}  # unit -> (tile, element offset of its bank)
         self._casting = not w.is_const and w.stored_dtype != compute
         self._const: View | None = None
+        # depthwise: the diagonal stationaries are built on chip from the taps (see _load_diagonal)
+        self.taps = self.KH * self.KW
+        self.diagonal = (w.is_const and groups > 1 and self.cig == 1 and self.cog == 1 and compute in DIAGONAL_DTYPES
+                         and all(u.copies == 1 and u.c0 == u.o0 and u.cn == u.on for u in self.units))
 
     def chunks(self, unit: Unit) -> tuple[int, int]:
         """Row and column chunks (NH, NW): matmuls per unit and output block."""
@@ -122,8 +138,11 @@ class ConvWeights:
         total = len(self.units) * self.F
         csz = itemsize(self.compute)
         self.resident = total * csz <= budget
-        size, bufs = (total, 1) if self.resident else (self.F, streamed_bufs)
+        size, bufs = (total, 1) if self.resident else (self.tiles_per_fetch * self.F, streamed_bufs)
         specs = [PoolSpec("w", "sbuf", size * csz, bufs)]
+        if self.diagonal:
+            loaded = len(self.units) if self.resident else self.tiles_per_fetch
+            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2))
         if self._casting:
             specs.append(PoolSpec("w_stage", "sbuf", size * itemsize(self.w.stored_dtype), 1))
         return specs
@@ -136,50 +155,82 @@ class ConvWeights:
         if self.resident and not self._tiles:
             tile = self.pools["w"].next()
             self._load(tile, self.units)
-            self._tiles = {u.index: tile for u in self.units}
+            self._tiles = {u.index: (tile, self.slot[u.index] * self.F) for u in self.units}
 
     def stationary(self, unit: Unit, jh: int, jw: int) -> tuple[Tile, int, int]:
         """(tile, element offset, partitions K) of the [K, on] stationary of chunk (jh, jw): the copies of
         kernel rows past the last are left out of K (they are the last partitions)."""
-        if self.resident:
-            self.prefetch()
-            tile, base = self._tiles[unit.index], unit.index * self.F
-        else:
-            tile, base = self._tiles[unit.index], 0
+        self.prefetch()
+        tile, base = self._tiles[unit.index]
         k = min(unit.fh, self.KH - jh * unit.fh) * unit.fw * unit.cn
         return tile, base + (jh * self.chunks(unit)[1] + jw) * unit.on, k
 
     def fetch(self, units: list[Unit]) -> None:
-        """Streamed mode: load the banks of `units` into fresh buffers (before their matmuls)."""
+        """Streamed mode: load the banks of `units` (an output-channel tile's, adjacent slots) into a fresh
+        buffer (before their matmuls)."""
         if self.resident:
             return
-        self._tiles = {}
-        for u in units:
-            tile = self.pools["w"].next()
-            self._load_one(tile, u)
-            self._tiles[u.index] = tile
+        tile = self.pools["w"].next()
+        first = min(self.slot[u.index] for u in units)
+        assert sorted(self.slot[u.index] - first for u in units) == list(range(len(units))), "units not adjacent"
+        self._load(tile, units)
+        self._tiles = {u.index: (tile, (self.slot[u.index] - first) * self.F) for u in units}
 
     # -- loading --------------------------------------------------------------------------------------------
     def _load(self, tile: Tile, units: list[Unit]) -> None:
-        if self.w.is_const:
-            data = self._arranged()
-            view = self.b.new_const(data, self.compute)
-            src = view.hbm_ap(0, 0, self.P, [(1, 0, data.shape[1])])
-            self.b.dma(tile.flat(self.compute, self.P, data.shape[1]), src, f"{self.tag} weights", split=DMA_PIECE,
-                       min_run=512)
+        """The banks of `units` (adjacent slots) into `tile`, from the arranged constant or scattered."""
+        first = min(self.slot[u.index] for u in units)
+        if self.diagonal:
+            self._load_diagonal(tile, units, first)
             return
-        self._scatter(tile, units, lambda u: u.index * self.F)
+        if not self.w.is_const:
+            self._scatter(tile, units, lambda u: (self.slot[u.index] - first) * self.F)
+            return
+        if self._const is None:
+            self._const = self.b.new_const(self._arranged(), self.compute)
+        parts = max(u.copies * u.cn for u in units)
+        width = len(units) * self.F
+        step = max(1, WEIGHT_RUN // itemsize(self.compute))
+        label = f"{self.tag} weights" + ("" if len(units) == len(self.units) else f" o{units[0].o0}")
+        for f0 in range(0, width, step):  # column chunks first: the first stationaries land first
+            fn = min(step, width - f0)
+            for p0 in range(0, parts, WEIGHT_PARTS):
+                pn = min(WEIGHT_PARTS, parts - p0)
+                src = self._const.hbm_ap(0, p0, pn, [(1, first * self.F + f0, fn)])
+                dst = replace(tile.flat(self.compute, pn, fn, f0), start_partition=p0)
+                self.b.dma(dst, src, label, split=pn * fn * itemsize(self.compute))
 
-    def _load_one(self, tile: Tile, unit: Unit) -> None:
-        if self.w.is_const:
-            if self._const is None:
-                self._const = self.b.new_const(self._arranged(), self.compute)
-            p = unit.copies * unit.cn
-            src = self._const.hbm_ap(0, 0, p, [(1, unit.index * self.F, self.F)])
-            self.b.dma(tile.flat(self.compute, p, self.F), src, f"{self.tag} weights u{unit.index}", split=DMA_PIECE,
-                       min_run=512)
-            return
-        self._scatter(tile, [unit], lambda u: 0)
+    def _load_diagonal(self, tile: Tile, units: list[Unit], first: int) -> None:
+        """Depthwise stationaries: unit u's bank holds, per tap t, diag(w[c0:c0+cn, t]), i.e. mostly zeros
+        (128x the weight's bytes). Load the taps [cn, KH * KW] instead (one small DMA) and build the banks
+        on chip: one multiply per unit of the identity (broadcast over taps) by the taps (broadcast over
+        columns)."""
+        if self._const is None:
+            self._const = self.b.new_const(self._tap_array(), self.compute)
+        parts, width = max(u.cn for u in units), len(units) * self.taps
+        taps = self.pools["w_taps"].next()
+        src = self._const.hbm_ap(0, 0, parts, [(1, first * self.taps, width)])
+        self.b.dma(taps.flat(self.compute, parts, width), src, f"{self.tag} weights taps")
+        ident = self.b.identity(self.compute)
+        for u in units:
+            k = self.slot[u.index] - first
+            dst = tile.ap(self.compute, u.cn, ((u.on, self.taps), (1, u.on)), k * self.F)
+            eye = ident.ap(self.compute, u.cn, ((0, self.taps), (1, u.on)))
+            w = taps.ap(self.compute, u.cn, ((1, self.taps), (0, u.on)), k * self.taps)
+            self.b.tensor_tensor(dst, eye, w, "multiply", f"{self.tag} weights u{u.index} diagonal stationaries")
+
+    def _tap_array(self) -> np.ndarray:
+        """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p (kernel rows,
+        then columns, flipped as the window says)."""
+        w = self.w.const_array().astype(np.float32)[:, 0]
+        if self.flip[0]:
+            w = w[:, ::-1]
+        if self.flip[1]:
+            w = w[:, :, ::-1]
+        out = np.zeros((self.P, len(self.units), self.taps), np.float32)
+        for u in self.units:
+            out[:u.cn, self.slot[u.index]] = w[u.c0:u.c0 + u.cn].reshape(u.cn, self.taps)
+        return out.reshape(self.P, -1).astype(isa_dtype(self.compute).numpy)
 
     def _arranged(self) -> np.ndarray:
         """All units' banks, [P, units * F], zero where no weight applies."""
@@ -201,7 +252,7 @@ class ConvWeights:
                 if kh < self.KH and kw < self.KW:
                     bank[a, c, :, jh, jw] = w[u.o0:u.o0 + u.on][:, i, kh, kw].T * mask
             flat = bank.reshape(u.copies * u.cn, -1)
-            out[:flat.shape[0], u.index, :flat.shape[1]] = flat
+            out[:flat.shape[0], self.slot[u.index], :flat.shape[1]] = flat
         return out.reshape(self.P, -1).astype(isa_dtype(self.compute).numpy)
 
     def _scatter(self, tile: Tile, units: list[Unit], base_of) -> None:
@@ -209,7 +260,7 @@ class ConvWeights:
         b, stored = self.b, self.w.stored_dtype
         landing = self.pools["w_stage"].next() if self._casting else tile
         ldt = stored if self._casting else self.compute
-        size = len(units) * self.F if len(units) > 1 else self.F
+        size = len(units) * self.F
         fill(b, landing, ldt, self.P, size, 0.0, f"{self.tag} weights zero")
         self.b.place(self.w)
         for u in units:

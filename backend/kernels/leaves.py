@@ -120,11 +120,11 @@ class LeafLoader:
             view = node.view
             assert view is not None
             self.builder.place(view)
-            if mode == "pconst":
+            parts = self.builder.target.partitions
+            if mode == "pconst" and p0 % parts == 0:
                 tile = self._cached(node, (id(node),), lambda t, n=node: self._pconst(n, t))
-                parts = self.builder.target.partitions
                 result[id(node)] = PVec(tile.flat(view.dtype, pw, 1, p0 // parts))
-            elif mode == "pvec":
+            elif mode in ("pvec", "pconst"):  # pconst tiles start at multiples of 128 (grouped convs: not)
                 key = (id(node), fkey, p0, pw)
                 ones = [(a, 0, 1) for a, _, _ in free]
                 tile = self._cached(node, key, lambda t, v=view, ones=ones: self._dma(

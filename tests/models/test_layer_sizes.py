@@ -64,10 +64,17 @@ class Patchify(torch.nn.Module):
         return self.conv(x).flatten(2).transpose(1, 2)
 
 
-@pytest.mark.parametrize("patch, size", [(16, 64), (14, 60)])  # 60 = 4 whole windows of 14 + 4 dropped pixels
+@pytest.mark.parametrize("patch, size", [(16, 64), (14, 60), (4, 30)])  # 60 = 4 whole windows of 14 + 4 dropped
 def test_patch_embedding_convolution(patch, size):
+    """Windows that tile the input stay a convolution (the kernel loads one row in `patch` per folded copy)."""
     exe = _close(Patchify(patch), torch.randn(2, 3, size, size))
-    assert "convolution(" not in exe.hlo  # one dot over the patches
+    assert "convolution(" in exe.hlo
+
+
+def test_patch_embedding_too_wide_for_a_tile_is_one_dot():
+    """When the input rows of one row of windows do not fit the convolution's tile: one dot over the patches."""
+    exe = _close(Patchify(16), torch.randn(1, 3, 16, 1600))  # 16 rows x 1600 fp32 columns = 100 KiB per channel
+    assert "convolution(" not in exe.hlo
 
 
 def test_matmul_whose_k_does_not_fit_sbuf_accumulates_chunks_in_psum():

@@ -6,10 +6,11 @@ Phases, all on the entry computation (``strategy="greedy"``):
    their consumers share one shape.
 1. **Attention** (``kind=kCustom``, fusion_attention.py): QK^T, its elementwise scale/mask, softmax and the
    product with V as one fusion, which the backend runs as one flash-attention kernel.
-2. **Matmul epilogue** (``kind=kOutput``): a ``dot`` plus the chain of elementwise consumers after it, as long
-   as every intermediate has a single user and each consumer is an epilogue op the engines apply on the way out
-   of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), multiply/divide by a broadcast or
-   constant, maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
+2. **Matmul epilogue** (``kind=kOutput``): a ``dot`` or ``convolution`` plus the chain of elementwise consumers
+   after it, as long as every intermediate has a single user and each consumer is an epilogue op the engines
+   apply on the way out of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), subtract of a
+   broadcast or constant, multiply/divide by a broadcast or constant (an inference batch norm is a subtract and
+   a multiply), maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
 3. **Loop and row fusion** (``kind=kLoop``, or ``kInput`` with reductions): visiting consumers from ROOT upward,
    a consumer absorbs producers (elementwise ops, reductions, broadcasts of computed values) all of whose users
    are already in its fusion, as long as one kernel can compute the group (fusion_rows.py: one index space, one
@@ -43,6 +44,9 @@ from hlo.opcodes import ELEMENTWISE_CUSTOM_CALLS, custom_call_target, is_element
 _UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
 _NEVER_CANDIDATES = ("parameter", "constant")
 EPILOGUE_DAG_LIMIT = 48  # members of an elementwise epilogue DAG considered
+# ops whose result the engines can transform on the way out of PSUM (perfcnn: convolutions too, so that a
+# batch norm and relu after a convolution are its epilogue rather than a kernel re-reading its output)
+EPILOGUE_ANCHORS = ("dot", "convolution")
 
 
 class FusionPass(HloPass):
@@ -96,7 +100,7 @@ class FusionPass(HloPass):
         users = comp.users()
         claimed: set[int] = set()
         groups = []
-        for dot in [i for i in comp.instructions if i.opcode == "dot"]:
+        for dot in [i for i in comp.instructions if i.opcode in EPILOGUE_ANCHORS]:
             chain = [dot]
             tail = dot
             while users[tail] and tail is not comp.root:
@@ -212,6 +216,8 @@ class FusionPass(HloPass):
             if other.opcode == "broadcast":
                 return True, f"bias add of broadcast %{other.name}"
             return True, f"residual add of %{other.name}"
+        if op == "subtract" and other.opcode in ("broadcast", "constant"):
+            return True, f"subtract of {other.opcode} %{other.name}"
         if op in ("multiply", "divide"):
             if op == "divide" and consumer.operands[0] is not producer:
                 return False, f"%{producer.name} is the divisor of %{consumer.name}, not the dividend"
