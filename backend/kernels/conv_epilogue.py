@@ -49,14 +49,17 @@ class Epilogue:
         self.loader = LeafLoader(builder, root, p_axis, (f_axis,), label)
         self.temps = Temporaries("epi_temps", fmax)
         dry_leaves = {key: dry_operand(kind) for key, kind in self.loader.kinds().items()}
-        dry_acc = AccessPattern("sbuf", "f32", 0, ((1, fmax),), partitions=pmax)
         coords = Coords(p_axis, 0, ((f_axis, 0, fmax),))
-        # measured against destinations that cannot hold intermediates: a result written in place into an
-        # on-chip image is not a scratch tile, and a tile of one column looks like a vector to the evaluation
+        # measured on full tiles and on one-column tiles (which make the accumulator and the destination look
+        # like vectors to the evaluation), against destinations that cannot hold intermediates (a result written
+        # in place into an on-chip image is not a scratch tile) in f32 and in the output's type (which a
+        # narrowing convert at the root writes directly)
         for width in (fmax, 1):
-            dry_dst = AccessPattern("psum", "f32", 0, ((1, width),), partitions=pmax)
-            self.temps.measure(lambda bb, store, d=dry_dst: TileEvaluator(
-                bb, store, pmax, fmax, dry_leaves, acc=dry_acc, coords=coords).run(root, d))
+            acc = AccessPattern("sbuf", "f32", 0, ((1, width),), partitions=pmax)
+            for memory, dt in (("psum", "f32"), ("sbuf", self.out.dtype)):
+                dry_dst = AccessPattern(memory, dt, 0, ((1, width),), partitions=pmax)
+                self.temps.measure(lambda bb, store, d=dry_dst, a=acc, w=width: TileEvaluator(
+                    bb, store, pmax, w, dry_leaves, acc=a, coords=coords).run(root, d))
         self.pools: dict[str, Pool] = {}
 
     def specs(self) -> list[PoolSpec]:
