@@ -30,7 +30,7 @@ import numpy as np
 from isa.dtypes import DTYPES
 from isa.emulator.decode import Op
 from isa.emulator.memory import Memory
-from isa.emulator.scheduler import DONE, START, Observer, Scheduler, Stream, Timeline
+from isa.emulator.scheduler import START, Observer, Scheduler, Stream, Timeline
 from isa.errors import DeadlockError, IsaError, ProgramError, RuleViolation
 from isa.instructions import BRANCH_OPCODES, CONTROL_OPCODES
 from isa.program import ENGINES, Program
@@ -201,30 +201,8 @@ class ControlScheduler(Scheduler):
         self.timeline.end.append(math.nan)
         self._push(max(self.now, earliest), START, dyn, dyn.index)
 
-    def _start(self, op: Op) -> None:
-        stream = self.streams[op.engine]
-        now = self.now
-        stream.pending = False
-        stream.pos = self._control(stream, op) if op.opcode in CONTROL else stream.pos + 1
-        stream.last_start = now
-        end = now + op.duration
-        if op.is_load:
-            stream.load_end = end
-        else:
-            stream.end = end
-        self.timeline.start[op.index] = now
-        if self.observer:
-            self.observer.on_start(op)
-            if stream.pos >= len(stream.ops):
-                self.observer.on_stream_end(stream.name)
-        if op.queue < 0:
-            op.run()
-            self.executed.append(op.run)
-        self._push(end, DONE, op, op.index)
-        self.started += 1
-        if self.progress and not self.started & 1023:
-            self.progress(self.started, len(self.ops))
-        self._try_issue(stream, None)
+    def _next_position(self, stream: Stream, op: Op) -> int:
+        return self._control(stream, op) if op.opcode in CONTROL else stream.pos + 1
 
     def _control(self, stream: Stream, op: Op) -> int:
         """Run a control instruction at its start; returns the stream's next position."""

@@ -150,7 +150,7 @@ class Scheduler:
         stream = self.streams[op.engine]
         now = self.now
         stream.pending = False
-        stream.pos += 1
+        stream.pos = self._next_position(stream, op)
         stream.last_start = now
         end = now + op.duration
         if op.is_load:
@@ -160,7 +160,7 @@ class Scheduler:
         self.timeline.start[op.index] = now
         if self.observer:
             self.observer.on_start(op)
-            if stream.pos == len(stream.ops):
+            if stream.pos >= len(stream.ops):
                 self.observer.on_stream_end(stream.name)
         if op.queue < 0:  # dma moves its data when the transfer starts
             op.run()
@@ -170,6 +170,10 @@ class Scheduler:
         if self.progress and not self.started & 1023:
             self.progress(self.started, len(self.ops))
         self._try_issue(stream, None)
+
+    def _next_position(self, stream: Stream, op: Op) -> int:
+        """Where the stream goes on once `op` starts (straight-line code: the next instruction)."""
+        return stream.pos + 1
 
     def _done(self, op: Op) -> None:
         self.timeline.end[op.index] = self.now
