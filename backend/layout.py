@@ -8,6 +8,7 @@ a `convert` becomes a pending cast that the consuming kernel applies on chip aft
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from math import prod
 
@@ -264,3 +265,16 @@ def normalize_axes(views: list[View], order: list[int]) -> tuple[list[View], lis
         views = [m for m in merged if m is not None]
         order = [o if o < b else o - 1 for o in order if o != b]
     return views, order
+
+
+def simplify_pattern(pairs: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """A free access pattern without count-1 pairs and with mergeable neighbours merged."""
+    out: list[tuple[int, int]] = []
+    for stride, count in pairs:
+        if count == 1:
+            continue
+        if out and out[-1][0] == stride * count:
+            out[-1] = (stride, out[-1][1] * count)
+        else:
+            out.append((stride, count))
+    return tuple(out) or ((1, 1),)

@@ -59,15 +59,23 @@ def index_select(b: HloBuilder, x: Instruction, dim: int, index: Instruction) ->
 def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_grad: bool = False) -> Instruction:
     """``out[i][j][k] = x[i][index[i][j][k]][k]`` (for dim=1): one full coordinate per output element."""
     r = x.shape.rank
-    require(index.shape.rank == r, f"gather index {list(index.shape.dims)} must have the rank of {list(x.shape.dims)}")
+    coords = element_coordinates(b, x, dim, index, "gather")
+    return b.gather(x, coords, offset_dims=(), collapsed_slice_dims=tuple(range(r)),
+                    start_index_map=tuple(range(r)), index_vector_dim=r, slice_sizes=(1,) * r)
+
+
+def element_coordinates(b: HloBuilder, x: Instruction, dim: int, index: Instruction, what: str) -> Instruction:
+    """The full coordinate into ``x`` of each element of ``index`` (torch.gather / scatter along ``dim``): the
+    index (wrapped) along ``dim``, its own position along the others, as [*index.dims, rank]."""
+    r = x.shape.rank
+    require(index.shape.rank == r, f"{what} index {list(index.shape.dims)} must have the rank of {list(x.shape.dims)}")
     d = norm_dim(dim, r)
     dims = index.shape.dims
     coords = []
     for a in range(r):
         c = wrap_indices(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
         coords.append(b.reshape(c, [*dims, 1]))
-    return b.gather(x, b.concatenate(coords, r), offset_dims=(), collapsed_slice_dims=tuple(range(r)),
-                    start_index_map=tuple(range(r)), index_vector_dim=r, slice_sizes=(1,) * r)
+    return b.concatenate(coords, r)
 
 
 def index_tensor(b: HloBuilder, x: Instruction,

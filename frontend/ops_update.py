@@ -16,7 +16,7 @@ from hlo.ir import Instruction, Shape
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import Value, norm_dim, operand, require
-from .ops_index import index, index_tensor, take, wrap_indices
+from .ops_index import element_coordinates, index, index_tensor, take
 
 _INDEX = "s64"
 
@@ -88,18 +88,13 @@ def _scatter_elements(b: HloBuilder, x: Instruction, dim: int, index: Instructio
     full coordinate per element of ``index`` (the index along ``dim``, ``iota`` along the others), a scatter of
     single elements whose combiner replaces or adds."""
     r = x.shape.rank
-    require(index.shape.rank == r, f"scatter index {list(index.shape.dims)} must have the rank of {list(x.shape.dims)}")
-    d = norm_dim(dim, r)
     dims = index.shape.dims
-    coords = []
-    for a in range(r):
-        c = wrap_indices(b, index, x.shape.dims[d]) if a == d else b.iota(_INDEX, dims, a)
-        coords.append(b.reshape(c, [*dims, 1]))
+    coords = element_coordinates(b, x, dim, index, "scatter")
     updates = b.convert(b.slice(src, [(0, n, 1) for n in dims]), x.shape.dtype)
     scalar = Shape.array(x.shape.dtype, ())
     combine = b.computation("add_update" if add else "replace", [scalar, scalar],
                             lambda p: b.binary("add", p[0], p[1]) if add else p[1])
-    return b.emit_inferred("scatter", [x, b.concatenate(coords, r), updates], update_window_dims=(),
+    return b.emit_inferred("scatter", [x, coords, updates], update_window_dims=(),
                            inserted_window_dims=tuple(range(r)), scatter_dims_to_operand_dims=tuple(range(r)),
                            index_vector_dim=r, to_apply=combine)
 

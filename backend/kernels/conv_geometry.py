@@ -10,29 +10,17 @@ its columns are clipped (`Axis.valid`) so that no column padding is ever stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from backend.alloc import Tile
 from backend.emit import ProgramBuilder
+from backend.layout import simplify_pattern as simplify
 from isa.program import AccessPattern
 
 Pattern = tuple[tuple[int, int], ...]
 COPY_CHUNK = 16384  # max free elements of one on-chip copy or memset
 DMA_PIECE = 16 * 1024  # bytes per transfer of input rows, weights and output blocks: many queues in flight
-
-
-def simplify(pairs: Iterable[tuple[int, int]]) -> Pattern:
-    """A free access pattern without count-1 pairs and with mergeable neighbours merged."""
-    out: list[tuple[int, int]] = []
-    for stride, count in pairs:
-        if count == 1:
-            continue
-        if out and out[-1][0] == stride * count:
-            out[-1] = (stride, out[-1][1] * count)
-        else:
-            out.append((stride, count))
-    return tuple(out) or ((1, 1),)
 
 
 def simplified(ap: AccessPattern) -> AccessPattern:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec
 from backend.emit import ProgramBuilder
-from backend.layout import HLO_TO_ISA, View, itemsize
+from backend.layout import HLO_TO_ISA, View, itemsize, simplify_pattern
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction
 from hlo.shape_indexing import gather_dims, scatter_dims
@@ -190,23 +190,10 @@ class Offsets:
 
 # -- access patterns ----------------------------------------------------------------------------------------------
 
-def merge_pairs(pairs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """(stride, count) pairs, outermost first, with size-1 pairs dropped and contiguous neighbours merged."""
-    out: list[tuple[int, int]] = []
-    for stride, count in pairs:
-        if count == 1:
-            continue
-        if out and out[-1][0] == stride * count:
-            out[-1] = (stride, out[-1][1] * count)
-        else:
-            out.append((stride, count))
-    return tuple(out) or ((1, 1),)
-
-
 def indirect_ap(view: View, axes: list[int], rows: int, scale: int) -> AccessPattern:
     """The indirectly addressed side over `view`'s stored tensor: rows of the free `axes` (whole), row p at
     element view.offset + index[p] * scale."""
-    pattern = merge_pairs([(view.strides[a], view.dims[a]) for a in axes])
+    pattern = simplify_pattern([(view.strides[a], view.dims[a]) for a in axes])
     if len(pattern) > MAX_FREE_DIMS:
         raise CompilationError(f"a row of {len(pattern)} strided dimensions is more than an access pattern holds")
     return AccessPattern("hbm", view.stored_dtype, view.offset * itemsize(view.stored_dtype), pattern,
@@ -216,7 +203,7 @@ def indirect_ap(view: View, axes: list[int], rows: int, scale: int) -> AccessPat
 def direct_ap(view: View, p_axis: int | None, p0: int, pn: int, axes: list[int]) -> AccessPattern:
     """The plain side: rows p0..p0+pn of `p_axis` (None: one row), the free `axes` whole, merged."""
     ap = view.hbm_ap(p_axis, p0, pn, [(a, 0, view.dims[a]) for a in axes])
-    pattern = merge_pairs(list(ap.pattern))
+    pattern = simplify_pattern(list(ap.pattern))
     if len(pattern) > MAX_FREE_DIMS:
         raise CompilationError(f"a row of {len(pattern)} strided dimensions is more than an access pattern holds")
     return replace(ap, pattern=pattern)
