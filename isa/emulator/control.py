@@ -31,7 +31,7 @@ from isa.dtypes import DTYPES
 from isa.emulator.decode import Op
 from isa.emulator.memory import Memory
 from isa.emulator.scheduler import START, Observer, Scheduler, Stream, Timeline
-from isa.errors import DeadlockError, IsaError, ProgramError, RuleViolation
+from isa.errors import IsaError, ProgramError, RuleViolation
 from isa.instructions import BRANCH_OPCODES, CONTROL_OPCODES
 from isa.program import ENGINES, Program
 from isa.target import Target
@@ -245,14 +245,6 @@ class ControlScheduler(Scheduler):
             self.base[first:first + count] = self.sems[first:first + count]
         super()._done(op)
 
-    def _check_finished(self) -> None:
-        blocked = []
-        for stream in self.streams.values():
-            if stream.pos >= len(stream.ops):
-                continue
-            op = stream.ops[stream.pos]
-            unmet = ", ".join(f"sem {s} is {self.sems[s] - self.base[s]}, needs {v}"
-                              for s, v in self._waits(stream, op) if self.sems[s] - self.base[s] < v)
-            blocked.append(f"{op.label} waits on {unmet}")
-        if blocked:
-            raise DeadlockError("deadlock: no event can fire and engines are blocked:\n  " + "\n  ".join(blocked))
+    def _unmet(self, stream: Stream, op: Op) -> list[tuple[int, int, int]]:
+        return [(s, self.sems[s] - self.base[s], v) for s, v in self._waits(stream, op)
+                if self.sems[s] - self.base[s] < v]

@@ -249,14 +249,17 @@ class Scheduler:
 
     # end of run ------------------------------------------------------------------------------
 
+    def _unmet(self, stream: Stream, op: Op) -> list[tuple[int, int, int]]:
+        """The waits of `op` that do not hold: (semaphore, its value, the value waited for)."""
+        return [(s, self.sems[s], v) for s, v in op.waits if self.sems[s] < v]
+
     def _check_finished(self) -> None:
         blocked = []
         for stream in self.streams.values():
             if stream.pos >= len(stream.ops):
                 continue
             op = stream.ops[stream.pos]
-            unmet = ", ".join(f"sem {s} is {self.sems[s]}, needs {v}"
-                              for s, v in op.waits if self.sems[s] < v)
+            unmet = ", ".join(f"sem {s} is {have}, needs {need}" for s, have, need in self._unmet(stream, op))
             blocked.append(f"{op.label} waits on {unmet}")
         if blocked:
             raise DeadlockError("deadlock: no event can fire and engines are blocked:\n  "
