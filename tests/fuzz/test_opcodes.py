@@ -16,9 +16,7 @@ from tests.fuzz.opcodes import GENERATORS, OPCODES, mismatch, opcode_case, run_o
 
 # opcodes of other helpers' areas whose fuzz cases still fail (a typed refusal is fine; these are wrong or
 # crash): opcode -> why. The slow test skips them; benchmarks/fuzz.py --per-opcode reports them.
-KNOWN_FAILURES: dict[str, str] = {
-    "dot": "s8 x s8 -> s8 saturates at 127 where XLA wraps (compiler/passes/expand/integer_dot_expander.py)",
-}
+KNOWN_FAILURES: dict[str, str] = {}
 
 
 def test_every_opcode_has_a_generator():
