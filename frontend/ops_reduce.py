@@ -154,8 +154,12 @@ def logsumexp(b: HloBuilder, x: Instruction, dim: Any, keepdim: bool = False) ->
 def vector_norm(b: HloBuilder, x: Instruction, ord: Any = 2, dim: Any = None, keepdim: bool = False,
                 dtype: Any = None) -> Instruction:
     """``linalg_vector_norm``: max |x| (inf), min |x| (-inf), count of nonzeros (0), else
-    ``sum(|x|^p)^(1/p)`` (p = 1 and 2 without the powers)."""
+    ``sum(|x|^p)^(1/p)`` (p = 1 and 2 without the powers). 16-bit floats are accumulated in f32 and the norm
+    rounded once, as torch does (their squares overflow f16 for |x| > 256)."""
     x = b.convert(x, hlo_dtype(dtype) if dtype is not None else float_dtype(x))
+    out_dtype = x.shape.dtype
+    if out_dtype in _UPCAST:
+        x = b.convert(x, "f32")
     dims = norm_dims(dim, x.shape.rank)
     a = b.unary("abs", x)
     p = float(ord)
@@ -172,7 +176,7 @@ def vector_norm(b: HloBuilder, x: Instruction, ord: Any = 2, dim: Any = None, ke
         powered = b.binary("power", a, b.full(p, a.shape.dtype, a.shape.dims))
         total = b.reduce(powered, dims, "add")
         out = b.binary("power", total, b.full(1.0 / p, total.shape.dtype, total.shape.dims))
-    return _finish(b, out, x, dims, keepdim)
+    return _finish(b, b.convert(out, out_dtype), x, dims, keepdim)
 
 
 # ---- argmax and friends -------------------------------------------------------------------------

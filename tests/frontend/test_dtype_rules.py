@@ -1,7 +1,7 @@
 """torch's dtype rules through the frontend, against torch eager: reductions of 0-d tensors, integer division
 with rounding modes, floor/ceil of integers, bool arithmetic, any/all of uint8, replicate padding with
 negative sides, argmax/argmin (NaN first, int64
-values beyond 2^31)."""
+values beyond 2^31), 16-bit vector norms accumulated in f32."""
 
 from __future__ import annotations
 
@@ -29,6 +29,9 @@ CASES = {
     "argmax NaN and int64": (lambda x, i: (torch.argmax(x, 1), torch.argmin(x, 1), torch.argmax(i), *i.min(0)),
                              [torch.tensor([[1.0, float("nan"), 3.0], [2.0, 5.0, 5.0]]),
                               torch.tensor([[3, 2**40], [-2**50, 7]])]),
+    "f16 vector norm (squares beyond f16's range)": (
+        lambda x: (torch.linalg.vector_norm(x), torch.linalg.vector_norm(x, 1, dim=1), x.norm(dim=0)),
+        [torch.tensor([[300.0, 400.0], [0.0, -1200.0]], dtype=torch.float16)]),
 }
 
 
