@@ -17,8 +17,9 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.passes.control.call_inliner import CallInliner
+from compiler.passes.expand.op_expander import Expansion
 from compiler.passes.interface import HloPass
-from compiler.passes.utils import new_instruction, reachable_computations
+from compiler.passes.utils import reachable_computations
 from hlo.ir import Computation, Instruction, Module, Shape
 from hlo.shape_control import branches
 
@@ -80,14 +81,8 @@ class ConditionalToSelect(HloPass):
 
     @staticmethod
     def _rewrite(module: Module, comp: Computation, cond: Instruction) -> None:
-        new: list[Instruction] = []
-
-        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
-                literal=None) -> Instruction:
-            inst = new_instruction(module, opcode, shape, operands, attrs, cond.metadata, literal=literal,
-                                   name=f"{cond.name}.{opcode}")
-            new.append(inst)
-            return inst
+        expansion = Expansion(module, cond)
+        add = expansion.add
 
         comps = branches(cond.attrs)
         selector = cond.operands[0]
@@ -118,5 +113,5 @@ class ConditionalToSelect(HloPass):
         else:
             out = pick(cond.shape, results)
         at = comp.instructions.index(cond)
-        comp.instructions[at:at + 1] = new
+        comp.instructions[at:at + 1] = expansion.made
         comp.replace_all_uses(cond, out)

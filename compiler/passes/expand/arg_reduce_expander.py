@@ -22,6 +22,7 @@ import itertools
 
 import numpy as np
 
+from compiler.passes.expand.op_expander import Expansion
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import new_instruction, reachable_computations
 from hlo.interpreter import evaluate_computation
@@ -194,14 +195,8 @@ class ArgReduceExpander(HloPass):
         dtype, dims = x.shape.dtype, x.shape.dims
         kept = tuple(d for d in range(len(dims)) if d != dim)
         out_dims = tuple(dims[d] for d in kept)
-        new: list[Instruction] = []
-
-        def add(opcode: str, shape: Shape, operands: list[Instruction], attrs: dict | None = None,
-                literal=None) -> Instruction:
-            inst = new_instruction(module, opcode, shape, operands, attrs, red.metadata, literal=literal,
-                                   name=f"{red.name}.{opcode}")
-            new.append(inst)
-            return inst
+        expansion = Expansion(module, red)
+        add = expansion.add
 
         op = "maximum" if kind == "max" else "minimum"
         m = add("reduce", Shape(dtype, out_dims), [x, init_x], {"dimensions": (dim,),
@@ -219,7 +214,7 @@ class ArgReduceExpander(HloPass):
         i = add("convert", Shape(index.shape.dtype, out_dims), [first])
         result = add("tuple", red.shape, [m, i])
         at = comp.instructions.index(red)
-        comp.instructions[at:at + 1] = new
+        comp.instructions[at:at + 1] = expansion.made
         comp.replace_all_uses(red, result)
         for user in [u for u in comp.instructions if u.opcode == "get-tuple-element" and u.operands == [result]]:
             comp.replace_all_uses(user, result.operands[user.attrs["index"]])
