@@ -85,16 +85,7 @@ def dynamic_slice(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     starts = [view_of(v, o) for v, o in zip(ops[1:], inst.operands[1:], strict=True)]
     sizes = tuple(inst.shape.dims)
     terms, base = _slice_terms(x, sizes, starts)
-    window = x.slice(tuple((0, s, 1) for s in sizes))
-    axis, rows, free = _rows(window)
-    pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
-    offsets = Offsets(b, pools, name)
-    for r0 in range(0, rows, PARTITIONS):
-        rn = min(PARTITIONS, rows - r0)
-        idx = offsets.build(terms, r0, rn, clamp=True, base=base, row_stride=x.strides[0] if axis is not None else 0)
-        move_rows(b, direct_ap(out, axis, r0, rn, free), indirect_ap(window, free, rn, 1), idx, "src",
-                  f"{name} rows {r0}")
-    b.alloc.end_kernel()
+    _move_window(b, name, where, x, sizes, terms, base, out, "src")
     return out
 
 
@@ -109,17 +100,27 @@ def dynamic_update_slice(lw: Any, inst: Instruction, ops: list[Value]) -> View:
         return out
     starts = [view_of(v, o) for v, o in zip(ops[2:], inst.operands[2:], strict=True)]
     terms, base = _slice_terms(out, update.dims, starts)
-    window = out.slice(tuple((0, s, 1) for s in update.dims))
+    _move_window(b, name, where, out, update.dims, terms, base, update, "dst")
+    return out
+
+
+def _move_window(b: Any, name: str, where: str, stored: View, sizes: tuple[int, ...], terms: list[Term], base: int,
+                 direct: View, side: str) -> None:
+    """Move the window of `sizes` at the runtime start (`terms`, `base`) of `stored` to `direct` (side "src": a
+    dynamic slice) or from it (side "dst": a dynamic update), up to 128 rows per indirect DMA, the row offsets
+    built and clamped on chip."""
+    window = stored.slice(tuple((0, s, 1) for s in sizes))
     axis, rows, free = _rows(window)
     pools = b.alloc.begin_kernel(name, Offsets.specs(), where)
     offsets = Offsets(b, pools, name)
     for r0 in range(0, rows, PARTITIONS):
         rn = min(PARTITIONS, rows - r0)
-        idx = offsets.build(terms, r0, rn, clamp=True, base=base, row_stride=out.strides[0] if axis is not None else 0)
-        move_rows(b, indirect_ap(window, free, rn, 1), direct_ap(update, axis, r0, rn, free), idx, "dst",
-                  f"{name} rows {r0}")
+        idx = offsets.build(terms, r0, rn, clamp=True, base=base,
+                            row_stride=stored.strides[0] if axis is not None else 0)
+        indirect, plain = indirect_ap(window, free, rn, 1), direct_ap(direct, axis, r0, rn, free)
+        dst, src = (plain, indirect) if side == "src" else (indirect, plain)
+        move_rows(b, dst, src, idx, side, f"{name} rows {r0}")
     b.alloc.end_kernel()
-    return out
 
 
 def scatter(lw: Any, inst: Instruction, ops: list[Value]) -> View:
