@@ -19,7 +19,7 @@ from hlo.ir import Instruction
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import float_dtype, require
-from .ops_reduce import softmax_along
+from .ops_reduce import safe_softmax_along
 
 
 def _swaps_last_two(x: Instruction) -> bool:
@@ -132,7 +132,7 @@ def scaled_dot_product_attention(b: HloBuilder, q: Instruction, k: Instruction, 
                           b.broadcast_to(neg_inf, scores.shape.dims))
     elif attn_mask is not None:
         scores = b.binary("add", scores, b.broadcast_to(b.convert(attn_mask, dtype), scores.shape.dims))
-    probs = softmax_along(b, scores, scores.shape.rank - 1)
+    probs = safe_softmax_along(b, scores, scores.shape.rank - 1)  # a row with every key masked gives 0
     return _product(b, probs, b.convert(v, dtype))
 
 

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from math import prod
 from typing import Any
 
-from hlo.ir import Instruction, Shape, Window
+import ml_dtypes
+
+from hlo.ir import Instruction, Shape, Window, numpy_dtype
 
 from .builder import HloBuilder, hlo_dtype, reduction_identity
 from .ops_common import float_dtype, is_float, keep_dims, norm_dim, norm_dims, require
@@ -269,6 +271,20 @@ def softmax_along(b: HloBuilder, x: Instruction, d: int) -> Instruction:
     """``exp(x - max) / sum(exp(x - max))`` along dim ``d``."""
     e = b.unary("exponential", _shifted(b, x, d))
     return b.binary("divide", e, expand_back(b, b.reduce(e, [d], "add"), x.shape.dims, [d]))
+
+
+def safe_softmax_along(b: HloBuilder, x: Instruction, d: int) -> Instruction:
+    """torch's ``_safe_softmax``: softmax along ``d``, but 0 in a row whose every element is -inf.
+
+    ``exp(x - max(m, lowest)) / max(sum, 1)`` with m the row maximum: a row with a finite element has
+    m >= lowest (the dtype's most negative finite value) and a sum >= 1 (its maximum contributes exp(0) = 1
+    and the other terms are >= 0), so both guards leave it bit for bit as the plain softmax; an all -inf
+    row gives exp(-inf) = 0 over 1. A NaN (or +inf) in a row still makes the row NaN, as in torch."""
+    dtype = x.shape.dtype
+    top = b.binary("maximum", b.reduce(x, [d], "max"), b.scalar(ml_dtypes.finfo(numpy_dtype(dtype)).min, dtype))
+    e = b.unary("exponential", b.binary("subtract", x, expand_back(b, top, x.shape.dims, [d])))
+    total = b.binary("maximum", b.reduce(e, [d], "add"), b.scalar(1, dtype))
+    return b.binary("divide", e, expand_back(b, total, x.shape.dims, [d]))
 
 
 def log_softmax_along(b: HloBuilder, x: Instruction, d: int) -> Instruction:

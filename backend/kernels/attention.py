@@ -22,22 +22,26 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, replace
 
+import ml_dtypes
 import numpy as np
 
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
 from backend.kernels.dot import _merge_groups, compute_dtype
 from backend.kernels.evaluate import FOLD, Coords, Temporaries, TileEvaluator, dry_operand
-from backend.kernels.expr import Node, walk
+from backend.kernels.expr import INT_DTYPES, Node, walk
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import PSUM_SLOT, KOperand, Loaded
 from backend.layout import View, itemsize
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
+from isa.dtypes import dtype as isa_dtype
 from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 
-NEG_FLOOR = -1e30  # a finite running max, so a row masked in a whole chunk gives exp(-inf) = 0, not NaN
+# the running max starts at the lowest finite fp32: a row masked in a whole chunk gives exp(-inf) = 0, not NaN,
+# and a row whose scores are all finite but very negative (a finfo.min mask) keeps its own max
+NEG_FLOOR = float(np.finfo(np.float32).min)
 MASK_FILL = -1e30  # added to masked scores in PSUM: finite, so identity x mask has no 0 * inf
 MAX_MASKS = 8  # distinct diagonal mask tiles a kernel builds on chip (else: mask in SBUF by affine_select)
 
@@ -55,6 +59,7 @@ class AttentionPlan:
     p_dtype: str  # dtype of P as dot2 reads it
     compute1: str  # PE dtype of Q K^T
     compute2: str  # PE dtype of P V
+    safe: bool = False  # torch's safe softmax: out = O / max(l, 1), so a row of -inf scores gives 0
 
     @property
     def batch_dims(self) -> tuple[int, ...]:
@@ -68,25 +73,39 @@ class AttentionPlan:
         return nb * tq * tk * (dh + dv)
 
 
-def _softmax_input(p: Node, where: str) -> tuple[Node, str]:
-    """X of P = [convert](exp(X - max(X)) / sum(exp(X - max(X)))), and P's dtype."""
+def _unguard(node: Node, reduce_op: str, bound: float) -> tuple[Node, bool]:
+    """(the reduce, True) when `node` is max(reduce, bound), the guard of torch's safe softmax; else (node, False)."""
+    if node.op == "max" and node.inputs[0].op == reduce_op and node.inputs[1].op == "scalar" \
+            and node.inputs[1].value == bound:
+        return node.inputs[0], True
+    return node, False
+
+
+def _softmax_input(p: Node, where: str) -> tuple[Node, str, bool]:
+    """X of P = [convert](exp(X - max(X)) / sum(exp(X - max(X)))), P's dtype, and whether it is torch's safe
+    softmax (max(rowmax, lowest finite) and max(rowsum, 1): a row of -inf scores gives 0, not NaN)."""
     dtype = p.dtype
     while p.op == "convert":
         p = p.inputs[0]
-    if p.op != "divide" or p.inputs[1].op != "reduce_add":
+    total, safe_sum = _unguard(p.inputs[1], "reduce_add", 1.0) if p.op == "divide" else (None, False)
+    if p.op != "divide" or total is None or total.op != "reduce_add":
         raise CompilationError(f"{where}: the attention's probabilities are not a softmax (no row-sum divide)")
-    e, total = p.inputs
+    e = p.inputs[0]
     summed = total.inputs[0]
     while summed.op == "convert":
         summed = summed.inputs[0]
     if summed is not e or e.op != "exp" or e.inputs[0].op != "subtract":
         raise CompilationError(f"{where}: the attention's softmax is not exp(x - max(x)) / sum")
     x, top = e.inputs[0].inputs
+    lowest = np.nan if x.dtype in INT_DTYPES else float(ml_dtypes.finfo(isa_dtype(x.dtype).numpy).min)
+    top, safe_max = _unguard(top, "reduce_max", lowest)
     if top.op != "reduce_max" or top.inputs[0] is not x:
         raise CompilationError(f"{where}: the attention's softmax does not subtract the row maximum")
+    if safe_max != safe_sum:
+        raise CompilationError(f"{where}: the attention's softmax guards only one of its row max and row sum")
     if any(n.is_reduce for n in walk(x)):
         raise CompilationError(f"{where}: the attention's scores contain a reduction")
-    return x, dtype
+    return x, dtype, safe_sum
 
 
 @dataclass(frozen=True)
@@ -198,11 +217,11 @@ def plan_attention(dot1: HloInstruction, dot2: HloInstruction, name: str, q: Vie
     on = _merge_groups([out], [(nb + 1, len(v_free))])
     if vn is None or on is None:
         raise CompilationError(f"{where}: the attention's value dims cannot be merged into one")
-    score, p_dtype = _softmax_input(p, where)
+    score, p_dtype, safe = _softmax_input(p, where)
     compute1 = compute_dtype(qn, kn, where)
     compute2 = p_dtype if p_dtype == vn[0].dtype and p_dtype in ("bf16", "f16") else "f32"
     return AttentionPlan(name, where, qn, kn, vn[0], on[0], score, affine_scores(score, nb), p_dtype, compute1,
-                         compute2)
+                         compute2, safe)
 
 
 def attention_kernel(builder: ProgramBuilder, plan: AttentionPlan) -> None:
@@ -428,6 +447,10 @@ class _Attention:
         store = plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed)
         on_chip = b.resident(store)  # a result kept on chip is written in place where engines may
         out = on_chip or self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
+        if plan.safe:  # l >= 1 unless every score of the row is -inf (then O = l = 0)
+            l_safe = self._vec(qw)
+            b.tensor_scalar(l_safe, l_sum, "max", 1.0, f"{label} safe rowsum")
+            l_sum = l_safe
         b.tensor_scalar(out, o, "divide", 0.0, f"{label} normalize", scalar_vec=l_sum)
         if on_chip is None:
             b.dma(store, out, f"{label} store")
@@ -498,8 +521,11 @@ class _Attention:
 
     def _masked(self, fixed: dict[int, int], q0: int, qw: int, k0: int, kw: int) -> bool:
         """Is the score tile -inf everywhere whatever Q and K hold (a constant mask removes it)?"""
-        values = _constant_eval(self.plan.score, self.p_axis, q0, qw, self.f_axis, k0, kw, fixed)
-        return values is not None and bool(np.all(values == -np.inf))
+        for probe in (0.0, 1.0, -1.0):  # a runtime (e.g. pred) mask must not count as the probe's value
+            values = _constant_eval(self.plan.score, self.p_axis, q0, qw, self.f_axis, k0, kw, fixed, probe)
+            if values is None or not np.all(values == -np.inf):
+                return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -531,12 +557,12 @@ class _HeadColumns:
 
 
 def _constant_eval(root: Node, p_axis: int, p0: int, pw: int, f_axis: int, f0: int, fw: int,
-                   fixed: dict[int, int]) -> np.ndarray | None:
-    """The tile of `root` with the accumulator and non-constant leaves at 0 (None if not evaluable)."""
+                   fixed: dict[int, int], probe: float = 0.0) -> np.ndarray | None:
+    """The tile of `root` with the accumulator and non-constant leaves at `probe` (None if not evaluable)."""
     memo: dict[int, np.ndarray] = {}
     for node in walk(root):
         if node.op == "acc" or (node.op == "leaf" and node.view is not None and not node.view.is_const):
-            memo[id(node)] = np.zeros((pw, fw), np.float32)
+            memo[id(node)] = np.full((pw, fw), probe, np.float32)
         elif node.op == "scalar":
             memo[id(node)] = np.full((pw, fw), node.value, np.float32)
         elif node.view is not None:

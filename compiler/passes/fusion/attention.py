@@ -6,6 +6,8 @@ Matched on the entry computation, from the second dot backwards::
     x = f(s, operands...)            elementwise: scale, mask add, select...  (one user each)
     m = reduce-max(x) over the last dim;  e = exp(x - broadcast(m))
     l = reduce-add(e) over the last dim;  p = e / broadcast(l)      (converts allowed around p)
+    (torch's safe softmax, as the frontend writes SDPA: m = maximum(reduce-max, lowest finite) and
+    l = maximum(reduce-add, 1), so that a row of -inf scores gives 0 rather than NaN)
     o = dot(p, v)                    same batch dims, contracting over the dim softmax reduced
 
 Every intermediate must be used only inside the pattern. The fusion is ``kind=kCustom`` with a fused
@@ -16,9 +18,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import ml_dtypes
+
 from compiler.passes.fusion.group import FusionGroup
 from compiler.passes.fusion.rows import is_row_reduce
-from hlo.ir import Computation, Instruction
+from compiler.passes.utils import constant_value
+from hlo.ir import Computation, Instruction, numpy_dtype
 from hlo.opcodes import is_elementwise
 
 Record = Callable[[Instruction, Instruction, bool, str, str], None]
@@ -41,10 +46,16 @@ class _Match:
         return inst
 
     def broadcast_of_reduce(self, inst: Instruction, reducer: str, axis: int) -> Instruction | None:
-        """The reduce when `inst` is broadcast(reduce-<reducer>(...)) over `axis`."""
-        if inst.opcode != "broadcast" or inst.operands[0].opcode != "reduce":
+        """The reduce when `inst` is broadcast(reduce-<reducer>(...)) over `axis`, or broadcast of the
+        reduce's ``maximum`` with the guard constant of torch's safe softmax (_GUARDS)."""
+        if inst.opcode != "broadcast":
             return None
         red = inst.operands[0]
+        if red.opcode == "maximum" and _is_guard(red, reducer):
+            self.add(red)
+            red = red.operands[0]
+        if red.opcode != "reduce":
+            return None
         comp = red.attrs.get("to_apply")
         root = comp.root if isinstance(comp, Computation) else None
         if not is_row_reduce(red) or root is None or root.opcode != reducer:
@@ -53,6 +64,17 @@ class _Match:
             return None
         self.add(inst, red)
         return red
+
+
+def _guard_value(reducer: str, dtype: str) -> float:
+    """The bound a safe softmax puts on its row max (the dtype's lowest finite) or row sum (1)."""
+    return float(ml_dtypes.finfo(numpy_dtype(dtype)).min) if reducer == "maximum" else 1.0
+
+
+def _is_guard(inst: Instruction, reducer: str) -> bool:
+    """Is `inst` maximum(reduce-<reducer>, the guard constant or a broadcast of it)?"""
+    red, bound = inst.operands
+    return red.opcode == "reduce" and constant_value(bound) == _guard_value(reducer, inst.shape.dtype)
 
 
 def _match(dot2: Instruction, users: dict[Instruction, list[Instruction]]) -> tuple[dict[int, Instruction], str]:
