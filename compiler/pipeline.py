@@ -30,6 +30,7 @@ from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
 from compiler.passes.expand.gather_expander import GatherExpander
 from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
+from compiler.passes.fusion.channel_major import ChannelMajor
 from compiler.passes.fusion.fusion_pass import FusionPass
 from compiler.passes.interface import HloPass, RecordsDecisions
 from compiler.passes.precision.auto_cast import AutoCastPass
@@ -269,11 +270,12 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
+        passes.append(ChannelMajor())
         passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
                   "gather_expander", "integer_dot_expander", "canonicalize",
                   "auto_cast",
                   "simplification", "algebraic_simplifier",
-                  "constant_folding", "cse", "dce", "fusion"]
+                  "constant_folding", "cse", "dce", "channel_major", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)
