@@ -85,7 +85,7 @@ def folds(cn: int, kernel: tuple[int, int], parts: int) -> list[tuple[int, int]]
 
 def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, int], parts: int,
                  cost: FoldCost) -> list[SuperGroup]:
-    """Channel tiles; the fold of a single-tile super-group is the cheapest by `cost`."""
+    """Channel tiles; the fold of a single-tile super-group is the cheapest by `cost` (none if depthwise)."""
     cig, cog = channels // groups, outputs // groups
     pack = max(1, min(groups, parts // cig, parts // cog)) if cig <= parts and cog <= parts else 1
     result = []
@@ -94,7 +94,9 @@ def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, in
         ci = _tiles(g0 * cig, gn * cig, parts)
         co = _tiles(g0 * cog, gn * cog, parts)
         fh, fw = 1, 1
-        if len(ci) == 1:
+        # depthwise stays unfolded: its stationaries are diagonals built on chip from the taps; folded copies
+        # would need the zero-padded banks from HBM (128 x the weight's bytes: 3 MiB for 192 channels 7x7)
+        if len(ci) == 1 and not cig == cog == 1:
             fh, fw = min(folds(ci[0][1], kernel, parts), key=lambda f: (cost(*f, ci[0][1], len(co)), f[0] * f[1]))
         result.append(SuperGroup(ci, co, fh, fw))
     return result
