@@ -270,7 +270,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
-        passes.append(ChannelMajor())
+        passes.append(ChannelMajor("bf16" if options.auto_cast != "none" else None))
         passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",

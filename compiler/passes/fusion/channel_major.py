@@ -15,8 +15,8 @@ permutes and adds took ~40% of the run. In channel-major layout the same region 
   convolution with weight [O, C, 1, 1]: the conv kernel's stationary is the weight, its moving operand the
   feature map, and its epilogue takes the bias, activation, layer scale and residual add on the way out of PSUM;
 * a reduction over channels (LayerNorm's mean and variance) is a 1x1 convolution with a ones weight
-  [1, C, 1, 1] in the value's own dtype (fp32 sums on PE, exact products): the sum over partitions is what PE's
-  contraction does;
+  [1, C, 1, 1]: the sum over partitions is what PE's contraction does (fp32 operands, or bf16 ones under
+  --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows);
 * elementwise ops, converts, broadcasts of scalars, of per-channel vectors and of per-pixel values, and
   reshapes that only merge or split the pixel dims carry over with their dims renamed.
 
@@ -62,6 +62,12 @@ def _is_add_reduce(inst: Instruction) -> bool:
 
 class ChannelMajor(HloPass):
     name = "channel_major"
+
+    def __init__(self, sum_dtype: str | None = None):
+        """`sum_dtype`: under --auto-cast, the PE operand type of an f32 channel sum (its error, ~2^-9 / sqrt(C)
+        of the values, is below the rounding of the normalized values to the matmul type that follows);
+        None: fp32 matmuls, exact products but 4x the PE time."""
+        self.sum_dtype = sum_dtype
 
     def run(self, module: Module) -> bool:
         comp = module.entry
@@ -203,6 +209,9 @@ class ChannelMajor(HloPass):
             x = mapped[inst.operands[0].uid]
             channels = x.shape.dims[1]
             dtype = x.shape.dtype
+            if dtype == "f32" and self.sum_dtype is not None:
+                dtype = self.sum_dtype
+                x = add("convert", x.shape.with_dtype(dtype), [x], name=f"{inst.name}.cm_operand")
             ones = self._ones.get((channels, dtype))
             if ones is None:
                 ones = new_instruction(module, "constant", Shape(dtype, (1, channels, 1, 1)), [],
