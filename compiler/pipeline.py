@@ -249,9 +249,10 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
       copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
       CSE follows the simplifier, whose rewrites make more expressions identical.
-    * O2 (default), O3: + ``fusion`` with the strategy ``fusion`` names (``greedy``, ``cost``; ``none`` leaves it
-      out). Fusion removes what it fuses, so no DCE follows it. O3 currently equals O2; it is the place for
-      passes that trade compile time for speed.
+    * O2 (default), O3: + ``channel_major`` (channel-last LayerNorm/MLP regions of a CNN, permuted NCHW -> NHWC
+      and back, run channel-major: no transposes) and ``fusion`` with the strategy ``fusion`` names (``greedy``,
+      ``cost``; ``none`` leaves both out). Fusion removes what it fuses, so no DCE follows it. O3 currently
+      equals O2; it is the place for passes that trade compile time for speed.
 
     ``--disable-pass`` accepts any pass name of any level (disabling ``fusion`` at -O1 is a no-op, not an
     error), so one command line works across levels.
