@@ -117,12 +117,12 @@ class ConvNeXtBlock(nn.Module):
         return self.down_norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
 
 
-@pytest.mark.parametrize("auto_cast, rel", [("matmult", BF16_REL), ("none", 1e-4)])
-def test_convnext_block_runs_channel_major(auto_cast, rel):
+@pytest.mark.parametrize("auto_cast, rel, batch", [("matmult", BF16_REL, 2), ("none", 1e-4, 1)])
+def test_convnext_block_runs_channel_major(auto_cast, rel, batch):
     """The channel-last LayerNorm/MLP regions run channel-major (channel_major.py): no transpose is left, the
     Linears are 1x1 convolutions with GELU and layer scale + residual add in their epilogues."""
     torch.manual_seed(0)
-    exe = _check(ConvNeXtBlock(96), torch.randn(1, 96, 9, 11), rel, auto_cast)
+    exe = _check(ConvNeXtBlock(96), torch.randn(batch, 96, 9, 11), rel, auto_cast)
     assert " transpose(" not in exe.hlo
     assert exe.hlo.count("convolution(") >= 7  # dwconv, 2 Linears, 2 x 2 channel sums
 
@@ -148,3 +148,14 @@ def test_channel_last_region_with_another_reader_is_left_channel_last():
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-4)
     assert " transpose(" in exe.hlo
+
+
+def test_max_pool_reads_a_map_kept_on_chip_with_the_engines():
+    """ResNet's stem: the max pool reads the convolution's output from its on-chip image lane to lane (engine
+    copies into its band tiles, padding rows set to -inf), not by SBUF-to-SBUF DMAs; only the row group it
+    stacks on the other 64 partitions (shifted rows: another lane) still moves by DMA."""
+    model = nn.Sequential(ConvBnRelu(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), ConvBnRelu(64, 64, 1))
+    exe = _check(model, torch.randn(1, 3, 30, 26), BF16_REL)
+    pool_lines = [line for line in exe.asm.splitlines() if 'origin="reduce-window' in line]
+    assert any("from chip" in line for line in pool_lines)
+    assert not any(line.split()[0] == "sp.dma" and " +0 load" in line for line in pool_lines)
