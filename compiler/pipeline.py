@@ -30,6 +30,7 @@ from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
 from compiler.passes.expand.gather_expander import GatherExpander
 from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
+from compiler.passes.fusion.channel_major import ChannelMajor
 from compiler.passes.fusion.fusion_pass import FusionPass
 from compiler.passes.interface import HloPass, RecordsDecisions
 from compiler.passes.precision.auto_cast import AutoCastPass
@@ -248,9 +249,10 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
       copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
       CSE follows the simplifier, whose rewrites make more expressions identical.
-    * O2 (default), O3: + ``fusion`` with the strategy ``fusion`` names (``greedy``, ``cost``; ``none`` leaves it
-      out). Fusion removes what it fuses, so no DCE follows it. O3 currently equals O2; it is the place for
-      passes that trade compile time for speed.
+    * O2 (default), O3: + ``channel_major`` (channel-last LayerNorm/MLP regions of a CNN, permuted NCHW -> NHWC
+      and back, run channel-major: no transposes) and ``fusion`` with the strategy ``fusion`` names (``greedy``,
+      ``cost``; ``none`` leaves both out). Fusion removes what it fuses, so no DCE follows it. O3 currently
+      equals O2; it is the place for passes that trade compile time for speed.
 
     ``--disable-pass`` accepts any pass name of any level (disabling ``fusion`` at -O1 is a no-op, not an
     error), so one command line works across levels.
@@ -269,11 +271,12 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                   DeadCodeElimination()],
                                  max_iterations=8))
     if opt_level >= 2 and options.fusion != "none":
+        passes.append(ChannelMajor("bf16" if options.auto_cast != "none" else None))
         passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
                   "gather_expander", "integer_dot_expander", "canonicalize",
                   "auto_cast",
                   "simplification", "algebraic_simplifier",
-                  "constant_folding", "cse", "dce", "fusion"]
+                  "constant_folding", "cse", "dce", "channel_major", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

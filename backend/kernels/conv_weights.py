@@ -37,6 +37,7 @@ from isa.dtypes import dtype as isa_dtype
 
 WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor overhead 256 B per run: 12%)
 DIAGONAL_DTYPES = ("bf16", "f16", "f32")
+DIAGONAL_ENGINES = ("act", "dve", "pool")  # build the depthwise diagonal stationaries
 WEIGHT_PARTS = 32  # partitions of one weight transfer (pieces of 64 KiB at most: many queues in flight)
 
 
@@ -84,7 +85,7 @@ def folds(cn: int, kernel: tuple[int, int], parts: int) -> list[tuple[int, int]]
 
 def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, int], parts: int,
                  cost: FoldCost) -> list[SuperGroup]:
-    """Channel tiles; the fold of a single-tile super-group is the cheapest by `cost`."""
+    """Channel tiles; the fold of a single-tile super-group is the cheapest by `cost` (none if depthwise)."""
     cig, cog = channels // groups, outputs // groups
     pack = max(1, min(groups, parts // cig, parts // cog)) if cig <= parts and cog <= parts else 1
     result = []
@@ -93,7 +94,9 @@ def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, in
         ci = _tiles(g0 * cig, gn * cig, parts)
         co = _tiles(g0 * cog, gn * cog, parts)
         fh, fw = 1, 1
-        if len(ci) == 1:
+        # depthwise stays unfolded: its stationaries are diagonals built on chip from the taps; folded copies
+        # would need the zero-padded banks from HBM (128 x the weight's bytes: 3 MiB for 192 channels 7x7)
+        if len(ci) == 1 and not cig == cog == 1:
             fh, fw = min(folds(ci[0][1], kernel, parts), key=lambda f: (cost(*f, ci[0][1], len(co)), f[0] * f[1]))
         result.append(SuperGroup(ci, co, fh, fw))
     return result
@@ -203,8 +206,10 @@ class ConvWeights:
     def _load_diagonal(self, tile: Tile, units: list[Unit], first: int) -> None:
         """Depthwise stationaries: unit u's bank holds, per tap t, diag(w[c0:c0+cn, t]), i.e. mostly zeros
         (128x the weight's bytes). Load the taps [cn, KH * KW] instead (one small DMA) and build the banks
-        on chip: one multiply per unit of the identity (broadcast over taps) by the taps (broadcast over
-        columns)."""
+        on chip: per tap, the identity times the tap's per-partition weight (one input, [cn, on] free),
+        spread over ACT (scale vector), DVE and GpSimd (scalar vector) by their load. (One two-input
+        multiply of the identity by the taps, both broadcast, cost ~2x the elements on DVE alone: ~11 us
+        per 128-channel tile of a 7x7 kernel, more than the tile's matmuls at 7x7 pixels.)"""
         if self._const is None:
             self._const = self.b.new_const(self._tap_array(), self.compute)
         parts, width = max(u.cn for u in units), len(units) * self.taps
@@ -214,10 +219,17 @@ class ConvWeights:
         ident = self.b.identity(self.compute)
         for u in units:
             k = self.slot[u.index] - first
-            dst = tile.ap(self.compute, u.cn, ((u.on, self.taps), (1, u.on)), k * self.F)
-            eye = ident.ap(self.compute, u.cn, ((0, self.taps), (1, u.on)))
-            w = taps.ap(self.compute, u.cn, ((1, self.taps), (0, u.on)), k * self.taps)
-            self.b.tensor_tensor(dst, eye, w, "multiply", f"{self.tag} weights u{u.index} diagonal stationaries")
+            eye = ident.ap(self.compute, u.cn, ((1, u.on),))
+            for t in range(self.taps):
+                dst = tile.ap(self.compute, u.cn, ((1, u.on),), k * self.F + t * u.on)
+                w = taps.ap(self.compute, u.cn, ((1, 1),), k * self.taps + t)
+                label = f"{self.tag} weights u{u.index} tap {t} diagonal stationaries"
+                engine = self.b.pick_engine(DIAGONAL_ENGINES)
+                if engine == "act":
+                    self.b.activation(dst, eye, "identity", scale_vec=w, comment=label)
+                else:
+                    self.b.emit(engine, "tensor_scalar", label, {"op": "multiply", "scalar": 0.0},
+                                dst=dst, src=eye, scalar_vec=w)
 
     def _tap_array(self) -> np.ndarray:
         """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p (kernel rows,

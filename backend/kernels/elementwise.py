@@ -30,6 +30,7 @@ from backend.layout import View, itemsize, normalize_axes
 from hlo.errors import CompilationError
 
 MINOR_KEPT = 32  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
+FEATURE_MAP_CHANNELS = 64  # [.., C, H, W] with at least this many C: C on partitions, H * W the free dim
 
 
 def storage_order(view: View) -> list[int]:
@@ -53,6 +54,13 @@ def merge_groups(views: list[View], groups: list[list[int]]) -> tuple[list[View]
     return views, groups
 
 
+def _feature_map(views: list[View], kept: list[int]) -> bool:
+    """[.., C, H, W] with C >= FEATURE_MAP_CHANNELS and the pixels (H, W) contiguous in every view."""
+    if len(kept) < 3 or kept[-1] != kept[-2] + 1 or views[0].dims[kept[-3]] < FEATURE_MAP_CHANNELS:
+        return False
+    return all(v.merge_axes(kept[-2]) is not None for v in views)
+
+
 class _Plan:
     """Axis roles of one kernel: partition axis, free axes (full rows when reducing), loop axes."""
 
@@ -69,7 +77,11 @@ class _Plan:
         main = max(views[1:], key=lambda v: sum(1 for a in reduce_axes if v.strides[a]), default=views[0])
         red = sorted(reduce_axes, key=lambda a: (-main.strides[a], a))
         minor: list[int] = []
-        if not red and len(kept) > 1 and views[0].dims[kept[-1]] >= MINOR_KEPT:
+        if not red and _feature_map(views, kept):
+            # a channel-major feature map [.., C, H, W]: channels on the partitions, pixels along the free dim,
+            # as the convolution that produced it stores them
+            kept, minor = kept[:-2], kept[-2:]
+        elif not red and len(kept) > 1 and views[0].dims[kept[-1]] >= MINOR_KEPT:
             # rows on the partitions as their producer tiled them (a long minor axis stays the free dim)
             kept, minor = kept[:-1], kept[-1:]
         views, (kept, red, minor) = merge_groups(views, [kept, red, minor])

@@ -218,10 +218,16 @@ class _PoolKernel:
                 v0 = band.v0 + k * self.shift
                 t0, t1 = max(min(max(-v0, 0), nv), r0), min(min(max(self.H - v0, 0), nv), r1)
                 if t1 > t0:
-                    src = x.hbm_ap(nt - 1, p0, pw, [(nt, v0 + t0, t1 - t0), (nt + 1, 0, W)], fixed)
+                    src = simplified(x.hbm_ap(nt - 1, p0, pw, [(nt, v0 + t0, t1 - t0), (nt + 1, 0, W)], fixed))
                     dst = replace(landing.flat(ldt, pw, (t1 - t0) * W, t0 * W), start_partition=k * pw)
-                    b.dma(dst, simplified(src), f"{label} rows {t0}:{t1} +{k * self.shift} load", split=DMA_PIECE,
-                          min_run=512)
+                    moved = b.resident(src)
+                    if moved is not None and moved.start_partition == dst.start_partition:
+                        # kept on chip on these very partitions: the engines copy it lane to lane (no DMA)
+                        b.copy(dst, moved, f"{label} rows {t0}:{t1} +{k * self.shift} from chip",
+                               engines=("act", "dve", "pool"))
+                    else:
+                        b.dma(dst, src, f"{label} rows {t0}:{t1} +{k * self.shift} load", split=DMA_PIECE,
+                              min_run=512)
             if self.casting:
                 n = (r1 - r0) * W
                 b.copy(tile.flat(x.dtype, parts, n, r0 * W), landing.flat(ldt, parts, n, r0 * W),

@@ -92,3 +92,70 @@ def test_streamed_weights_one_fetch_per_output_channel_tile():
     model = nn.Sequential(nn.Conv2d(1024, 512, 3, padding=1, bias=False), nn.ReLU())
     exe = _check(model, torch.randn(1, 1024, 4, 5), BF16_REL)
     assert " weights o384" in exe.asm
+
+
+class ConvNeXtBlock(nn.Module):
+    """ConvNeXt's block as HF writes it: depthwise 7x7, permute to channel-last, LayerNorm, Linear, GELU, Linear,
+    layer scale, permute back, residual add; then a channel-first LayerNorm (permute, LayerNorm, permute) as in
+    the downsampling layers."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.dwconv = nn.Conv2d(dim, dim, 7, padding=3, groups=dim)
+        self.norm = nn.LayerNorm(dim, eps=1e-6)
+        self.pwconv1, self.act, self.pwconv2 = nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim)
+        self.gamma = nn.Parameter(torch.rand(dim) + 0.5)
+        self.down_norm = nn.LayerNorm(dim, eps=1e-6)
+        for ln in (self.norm, self.down_norm):  # non-trivial affine parameters
+            ln.weight.data.uniform_(0.5, 1.5)
+            ln.bias.data.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)
+        y = self.gamma * self.pwconv2(self.act(self.pwconv1(self.norm(y))))
+        x = x + y.permute(0, 3, 1, 2)
+        return self.down_norm(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("auto_cast, rel, batch", [("matmult", BF16_REL, 2), ("none", 1e-4, 1)])
+def test_convnext_block_runs_channel_major(auto_cast, rel, batch):
+    """The channel-last LayerNorm/MLP regions run channel-major (channel_major.py): no transpose is left, the
+    Linears are 1x1 convolutions with GELU and layer scale + residual add in their epilogues."""
+    torch.manual_seed(0)
+    exe = _check(ConvNeXtBlock(96), torch.randn(batch, 96, 9, 11), rel, auto_cast)
+    assert " transpose(" not in exe.hlo
+    assert exe.hlo.count("convolution(") >= 7  # dwconv, 2 Linears, 2 x 2 channel sums
+
+
+def test_channel_last_region_with_another_reader_is_left_channel_last():
+    """A permuted value also read as channel-last (here: returned) keeps its transposes, and stays correct."""
+
+    class Leaky(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm = nn.LayerNorm(64)
+
+        def forward(self, x):
+            y = self.norm(x.permute(0, 2, 3, 1))
+            return y.permute(0, 3, 1, 2) + 1.0, y
+
+    model = Leaky().eval()
+    x = torch.randn(1, 64, 5, 6)
+    exe = compiler.compile(model, (x,), auto_cast="matmult", cache=False, quiet=True)
+    got = exe.run(x, check=True)
+    with torch.no_grad():
+        want = model(x)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=1e-4, atol=1e-4)
+    assert " transpose(" in exe.hlo
+
+
+def test_max_pool_reads_a_map_kept_on_chip_with_the_engines():
+    """ResNet's stem: the max pool reads the convolution's output from its on-chip image lane to lane (engine
+    copies into its band tiles, padding rows set to -inf), not by SBUF-to-SBUF DMAs; only the row group it
+    stacks on the other 64 partitions (shifted rows: another lane) still moves by DMA."""
+    model = nn.Sequential(ConvBnRelu(3, 64, 7, 2), nn.MaxPool2d(3, 2, 1), ConvBnRelu(64, 64, 1))
+    exe = _check(model, torch.randn(1, 3, 30, 26), BF16_REL)
+    pool_lines = [line for line in exe.asm.splitlines() if 'origin="reduce-window' in line]
+    assert any("from chip" in line for line in pool_lines)
+    assert not any(line.split()[0] == "sp.dma" and " +0 load" in line for line in pool_lines)

@@ -60,7 +60,8 @@ def test_pipelines_per_level():
                "gather_expander", "integer_dot_expander"]
     assert top_level(0) == control + ["canonicalize", "auto_cast"]
     assert top_level(1) == control + ["canonicalize", "auto_cast", "simplification"]
-    assert top_level(2) == top_level(3) == control + ["canonicalize", "auto_cast", "simplification", "fusion"]
+    assert top_level(2) == top_level(3) == control + ["canonicalize", "auto_cast", "simplification", "channel_major",
+                                                      "fusion"]
     assert top_level(2, fusion="none") == top_level(1)
     group = build_pipeline(1).passes[11]
     assert isinstance(group, FixedPoint)

@@ -10,7 +10,8 @@ Phases, all on the entry computation (``strategy="greedy"``):
    after it, as long as every intermediate has a single user and each consumer is an epilogue op the engines
    apply on the way out of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), subtract of a
    broadcast or constant, multiply/divide by a broadcast or constant (an inference batch norm is a subtract and
-   a multiply), maximum with zero (relu), tanh, logistic, exponential, gelu/gelu_tanh custom-calls, convert.
+   a multiply), maximum with zero (relu), tanh, logistic, exponential, rsqrt, sqrt, gelu/gelu_tanh custom-calls,
+   convert.
 3. **Loop and row fusion** (``kind=kLoop``, or ``kInput`` with reductions): visiting consumers from ROOT upward,
    a consumer absorbs producers (elementwise ops, reductions, broadcasts of computed values) all of whose users
    are already in its fusion, as long as one kernel can compute the group (fusion_rows.py: one index space, one
@@ -41,7 +42,7 @@ from compiler.passes.utils import constant_value, insert_before
 from hlo.ir import Computation, Instruction, Module
 from hlo.opcodes import ELEMENTWISE_CUSTOM_CALLS, custom_call_target, is_elementwise
 
-_UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert")
+_UNARY_EPILOGUES = ("tanh", "logistic", "exponential", "convert", "rsqrt", "sqrt")
 _NEVER_CANDIDATES = ("parameter", "constant")
 EPILOGUE_DAG_LIMIT = 48  # members of an elementwise epilogue DAG considered
 # ops whose result the engines can transform on the way out of PSUM (perfcnn: convolutions too, so that a
