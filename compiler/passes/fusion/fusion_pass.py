@@ -35,6 +35,7 @@ from compiler.passes.fusion.attention import attention_groups
 from compiler.passes.fusion.group import FusionDecision, FusionGroup
 from compiler.passes.fusion.prepare import DotReshapeSinking
 from compiler.passes.fusion.registry import FUSION_STRATEGIES
+from compiler.passes.fusion.rope import RopeRewrite
 from compiler.passes.fusion.rows import fusible, space_reason
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import constant_value, insert_before
@@ -80,6 +81,9 @@ class FusionPass(HloPass):
             sinking = DotReshapeSinking(module, comp)
             changed |= sinking.run()
             self.notes += sinking.notes
+            rope = RopeRewrite(module, comp)  # rotate_half + multiply-adds over [..., 2, h]: one loop kernel
+            changed |= rope.run()
+            self.notes += rope.notes
         if self.attention:
             groups = attention_groups(comp, self._record)
             for group in groups:
