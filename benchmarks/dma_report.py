@@ -48,7 +48,6 @@ def report(model: torch.nn.Module, inputs: tuple, auto_cast: str, target: str, t
     exe = compiler.compile(model, inputs, target=target, auto_cast=auto_cast)
     program = exe.program
     feeds = {n: to_numpy(x) for n, x in zip(program.inputs, inputs, strict=True)}
-    feeds = {n: v.astype(np.int32) if v.dtype == np.int64 else v for n, v in feeds.items()}
     run = run_program(program, feeds)
     prof, machine = run.profile, load_target(target)
     with torch.no_grad():
