@@ -177,7 +177,7 @@ class Lowering:
         orders = set()
         for user in users:
             if (user.shape.dims != inst.shape.dims or _reduces_rows(user) or user.opcode == "dot"
-                    or not _writes_any_layout(user)):
+                    or not (_writes_any_layout(user) or _epilogue_operand(user, inst))):
                 return None
             notes = len(self.b.layout_notes)
             orders.add(self._storage_order(user, depth + 1))
@@ -514,6 +514,16 @@ def _writes_any_layout_or_dot(inst: Instruction) -> bool:
     comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
     return _writes_any_layout(inst) or (isinstance(comp, Computation) and inst.attrs.get("kind") == "kOutput"
                                          and any(sub.opcode == "dot" for sub in comp.instructions))
+
+
+def _epilogue_operand(user: Instruction, value: Instruction) -> bool:
+    """Does `user`, a fusion around a dot, read `value` in its epilogue (not as an operand of the dot)? The dot
+    writes its result tile by tile in its own storage order and reads such operands in the same tiles."""
+    comp = user.attrs.get("calls") if user.opcode == "fusion" else None
+    if not isinstance(comp, Computation) or user.attrs.get("kind") != "kOutput":
+        return False
+    dots = [sub for sub in comp.instructions if sub.opcode == "dot"]
+    return len(dots) == 1 and _dims_of_use(user, value) is None
 
 
 def _reduces_rows(inst: Instruction) -> bool:

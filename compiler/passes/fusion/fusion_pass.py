@@ -227,6 +227,9 @@ class FusionPass(HloPass):
                 return False, f"%{producer.name} is the divisor of %{consumer.name}, not the dividend"
             if other.opcode in ("broadcast", "constant"):
                 return True, f"{op} by {other.opcode} %{other.name}"
+            if op == "multiply" and other.shape.dims == consumer.shape.dims and other.opcode != "parameter":
+                # a gated product (SwiGLU's silu(gate) * up): read like a residual, written once
+                return True, f"product with the computed tensor %{other.name} (gated epilogue)"
             return False, f"{op} by the full tensor %{other.name} is not a scale epilogue"
         if op == "maximum":
             if constant_value(other) == 0.0:
