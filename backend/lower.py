@@ -146,12 +146,26 @@ class Lowering:
                     frontier.append(user)
                     continue
                 use = _dims_of_use(user, value)
-                if use is not None and use[1] == (rank - 1,):
+                if use is not None and use[1] == (rank - 1,) and not self._reads_rows(inst):
                     batch = use[0]
                     self.b.layout_notes.append(f"%{inst.name}: stored K-major (contracted axis {rank - 1} on "
                                                f"partitions for %{user.name})")
                     return batch + (rank - 1,) + tuple(d for d in range(rank - 1) if d not in batch)
         return self._order_of_elementwise_users(inst, depth) or order
+
+    def _reads_rows(self, inst: Instruction) -> bool:
+        """An elementwise kernel reading a computed operand of its own shape in rows (minor axis contiguous,
+        as RoPE reads the q projection): stored K-major, it would write one element per DMA descriptor, where
+        the dot (or attention) that contracts it transposes on PE."""
+        if not _writes_any_layout(inst) or inst.opcode == "fusion" and inst.attrs.get("kind") == "kCustom":
+            return False
+        dims = tuple(inst.shape.dims)
+        for operand in inst.operands:
+            view = self.values.get(operand.uid)
+            if (isinstance(view, View) and not view.is_const and view.dims == dims and view.strides[-1] == 1
+                    and dims[-1] > 1):
+                return True
+        return False
 
     def _order_of_elementwise_users(self, inst: Instruction, depth: int) -> tuple[int, ...] | None:
         """The order every user stores in when all of them are elementwise kernels of `inst`'s shape
@@ -163,7 +177,7 @@ class Lowering:
         orders = set()
         for user in users:
             if (user.shape.dims != inst.shape.dims or _reduces_rows(user) or user.opcode == "dot"
-                    or not _writes_any_layout(user)):
+                    or not (_writes_any_layout(user) or _epilogue_operand(user, inst))):
                 return None
             notes = len(self.b.layout_notes)
             orders.add(self._storage_order(user, depth + 1))
@@ -500,6 +514,16 @@ def _writes_any_layout_or_dot(inst: Instruction) -> bool:
     comp = inst.attrs.get("calls") if inst.opcode == "fusion" else None
     return _writes_any_layout(inst) or (isinstance(comp, Computation) and inst.attrs.get("kind") == "kOutput"
                                          and any(sub.opcode == "dot" for sub in comp.instructions))
+
+
+def _epilogue_operand(user: Instruction, value: Instruction) -> bool:
+    """Does `user`, a fusion around a dot, read `value` in its epilogue (not as an operand of the dot)? The dot
+    writes its result tile by tile in its own storage order and reads such operands in the same tiles."""
+    comp = user.attrs.get("calls") if user.opcode == "fusion" else None
+    if not isinstance(comp, Computation) or user.attrs.get("kind") != "kOutput":
+        return False
+    dots = [sub for sub in comp.instructions if sub.opcode == "dot"]
+    return len(dots) == 1 and _dims_of_use(user, value) is None
 
 
 def _reduces_rows(inst: Instruction) -> bool:

@@ -6,7 +6,8 @@
 Per group: transfers, bytes, effective bytes (the queue time in bytes: each contiguous run pays the
 target's descriptor overhead, isa.emulator.timing.dma_effective_bytes) and the transfers whose runs
 average under 512 bytes (element-wise or nearly: the first thing to remove). Also the simulated time,
-MFU, HBM traffic against the compulsory bytes and the largest relative error against torch eager.
+MFU, HBM traffic against the compulsory bytes (counted as benchmarks/real_models.py's bound counts them: an
+embedding table only for its gathered rows) and the largest relative error against torch eager.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import compiler  # noqa: E402
 from benchmarks.models import by_name  # noqa: E402
+from benchmarks.real_models import compulsory_bytes, embedding_savings  # noqa: E402
 from compiler.driver import to_numpy  # noqa: E402
 from isa.emulator import run_program  # noqa: E402
 from isa.emulator.indirect import indirect_effective_bytes  # noqa: E402
@@ -46,7 +48,6 @@ def report(model: torch.nn.Module, inputs: tuple, auto_cast: str, target: str, t
     exe = compiler.compile(model, inputs, target=target, auto_cast=auto_cast)
     program = exe.program
     feeds = {n: to_numpy(x) for n, x in zip(program.inputs, inputs, strict=True)}
-    feeds = {n: v.astype(np.int32) if v.dtype == np.int64 else v for n, v in feeds.items()}
     run = run_program(program, feeds)
     prof, machine = run.profile, load_target(target)
     with torch.no_grad():
@@ -55,7 +56,9 @@ def report(model: torch.nn.Module, inputs: tuple, auto_cast: str, target: str, t
     ref = (ref[0] if isinstance(ref, tuple | list) else ref).float().numpy()
     out = run.outputs[program.outputs[0]].astype(np.float32).reshape(ref.shape)
     error = float(np.max(np.abs(out - ref)) / max(float(np.max(np.abs(ref))), 1e-30))
-    compulsory = sum(t.nbytes for t in program.tensors.values() if t.kind in ("input", "const", "output"))
+    # as real_models.py's bound: inputs, outputs and the weights once in their compute dtype, an (untied)
+    # embedding table only for the rows gathered (the program's constants hold the whole table)
+    compulsory = compulsory_bytes(program, model, auto_cast, embedding_savings(model, inputs, {}))
     groups: dict[str, list[float]] = defaultdict(lambda: [0, 0, 0.0, 0])
     count = 0
     for inst in program.instructions:

@@ -29,6 +29,7 @@ from backend.kernels.transpose import can_transpose, transpose_kernel
 from backend.layout import View, itemsize, normalize_axes
 from hlo.errors import CompilationError
 
+SHORT_OUTER = 8  # an unmerged axis this short next to the minor one is a free axis, not the partition axis
 MINOR_KEPT = 32  # an elementwise kernel keeps a minor axis this long as its free dim (rows on partitions)
 FEATURE_MAP_CHANNELS = 64  # [.., C, H, W] with at least this many C: C on partitions, H * W the free dim
 
@@ -93,8 +94,13 @@ class _Plan:
         self.root = substitute_views(root, {id(n): v for n, v in zip(nodes, views[1:], strict=True)})
         self.reducing = bool(red)
         self.free = tuple(red) if red else (kept[-1],)
-        self.root = _iotas_as_constants(builder, self.root, self.out, self.free)
         rest = kept if red else kept[:-1]
+        dims = views[0].dims
+        if not red and len(kept) >= 3 and dims[kept[-2]] <= SHORT_OUTER < dims[kept[-3]]:
+            # a short axis that did not merge with the minor one (RoPE's two halves, read broadcast) is a
+            # free axis too: the partitions get the longer axis before it, not 2 of 128
+            self.free, rest = (kept[-2], kept[-1]), kept[:-2]
+        self.root = _iotas_as_constants(builder, self.root, self.out, self.free)
         self.p_axis = rest[-1] if rest else None
         self.loops = rest[:-1]
         self.P = self.out.dims[self.p_axis] if self.p_axis is not None else 1

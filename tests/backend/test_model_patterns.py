@@ -207,12 +207,14 @@ class SwiGLU(nn.Module):
 
 
 def test_swiglu_inputs_stored_as_its_product():
-    """silu(gate) * up is stored K-major for the down projection; its inputs (the gate and up projections)
-    are stored in the same order, so the product reads whole rows instead of 4-byte transposing runs."""
+    """silu(gate) * up is the up projection's epilogue (no kernel of its own), stored K-major for the down
+    projection; silu(gate) is stored in the same order, so the epilogue reads whole rows instead of 4-byte
+    transposing runs."""
     torch.manual_seed(0)
     model = SwiGLU(256, 1024).eval()
     x = torch.randn(1, 128, 256)
     exe = compiler.compile(model, (x,), auto_cast="matmult")
+    assert "kind=kLoop" not in exe.hlo
     assert not small_runs(exe)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "bf16")
@@ -243,3 +245,46 @@ def test_rmsnorm_with_keepdim_is_one_row_kernel():
     assert not small_runs(exe)
     (out,) = exe.run(x, check=True)
     assert_close(out, model(x).detach(), "bf16")
+
+
+class RopeAttention(nn.Module):
+    """HF Llama's attention core: q/k projections, apply_rotary_pos_emb (rotate_half: slices, negate, cat),
+    causal softmax attention; returns the rotated k too (as the KV cache does)."""
+
+    def __init__(self, d: int, heads: int, seq: int):
+        super().__init__()
+        self.heads, self.dh = heads, d // heads
+        self.q, self.k, self.v = (nn.Linear(d, d, bias=False) for _ in range(3))
+        inv = 1.0 / (10000 ** (torch.arange(0, self.dh, 2).float() / self.dh))
+        freqs = torch.outer(torch.arange(seq).float(), inv)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos()[None, None])
+        self.register_buffer("sin", emb.sin()[None, None])
+
+    @staticmethod
+    def rotate_half(x: torch.Tensor) -> torch.Tensor:
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, t, _ = x.shape
+        q, k, v = (p(x).view(b, t, self.heads, self.dh).transpose(1, 2) for p in (self.q, self.k, self.v))
+        q = q * self.cos + self.rotate_half(q) * self.sin
+        k = k * self.cos + self.rotate_half(k) * self.sin
+        out = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return out.transpose(1, 2).reshape(b, t, -1), k
+
+
+def test_rope_is_one_loop_kernel_without_transposing_stores():
+    """rotate_half's slices, negate and cat and the cos/sin multiply-adds become one loop kernel per
+    RoPE (no concatenate or negate kernel), and the rotated q is stored in rows: stored K-major for the
+    attention it wrote one element per DMA descriptor."""
+    torch.manual_seed(0)
+    model = RopeAttention(256, 4, 128).eval()
+    x = torch.randn(1, 128, 256)
+    exe = compiler.compile(model, (x,), auto_cast="matmult")
+    assert " concatenate(" not in exe.hlo and " negate(" not in exe.hlo
+    assert not small_runs(exe, below=128)
+    out = exe.run(x, check=True)
+    for got, want in zip(out, model(x), strict=True):
+        assert_close(got, want.detach(), "bf16")

@@ -36,6 +36,7 @@ from compiler.passes.fusion.attention import attention_groups
 from compiler.passes.fusion.group import FusionDecision, FusionGroup
 from compiler.passes.fusion.prepare import DotReshapeSinking
 from compiler.passes.fusion.registry import FUSION_STRATEGIES
+from compiler.passes.fusion.rope import RopeRewrite
 from compiler.passes.fusion.rows import fusible, space_reason
 from compiler.passes.interface import HloPass
 from compiler.passes.utils import constant_value, insert_before
@@ -81,6 +82,9 @@ class FusionPass(HloPass):
             sinking = DotReshapeSinking(module, comp)
             changed |= sinking.run()
             self.notes += sinking.notes
+            rope = RopeRewrite(module, comp)  # rotate_half + multiply-adds over [..., 2, h]: one loop kernel
+            changed |= rope.run()
+            self.notes += rope.notes
         if self.attention:
             groups = attention_groups(comp, self._record)
             for group in groups:
@@ -224,6 +228,9 @@ class FusionPass(HloPass):
                 return False, f"%{producer.name} is the divisor of %{consumer.name}, not the dividend"
             if other.opcode in ("broadcast", "constant"):
                 return True, f"{op} by {other.opcode} %{other.name}"
+            if op == "multiply" and other.shape.dims == consumer.shape.dims and other.opcode != "parameter":
+                # a gated product (SwiGLU's silu(gate) * up): read like a residual, written once
+                return True, f"product with the computed tensor %{other.name} (gated epilogue)"
             return False, f"{op} by the full tensor %{other.name} is not a scale epilogue"
         if op == "maximum":
             if constant_value(other) == 0.0:
