@@ -17,12 +17,18 @@ from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
 from compiler.cache import CompileCache, cache_key
-from compiler.executable import Executable, to_numpy  # noqa: F401 (to_numpy: re-exported)
+from compiler.executable import (
+    Executable,
+    signature_from_json,
+    signature_to_json,
+    to_numpy,  # noqa: F401 (re-exported)
+)
 from compiler.options import CompileOptions, make_options
 from compiler.pipeline import build_pipeline
 from compiler.stats import CompileStats, Progress
 from frontend import Signature, import_model_with_signature
 from frontend.builder import shares_torch_memory
+from frontend.trace_key import trace_key
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from hlo.io import load_hlo_file
 from hlo.ir import Module
@@ -47,7 +53,9 @@ def load(path: str | os.PathLike) -> Executable:
     except NeuroncError as e:
         raise NeuroncError(f"{os.fspath(path)}: the program was compiled for target {program.target!r}, "
                            f"which cannot be loaded here ({e})") from None
-    return Executable(program=program, hlo=str(program.meta.get("hlo", "")))
+    text = program.meta.get("signature")
+    return Executable(program=program, hlo=str(program.meta.get("hlo", "")),
+                      signature=signature_from_json(text) if isinstance(text, str) else None)
 
 
 def load_target(name_or_path: str) -> Any:
@@ -180,6 +188,9 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
     stats = CompileStats(progress=Progress(enabled=not options.quiet))
     try:
         target_machine = load_target(options.target)
+        fast = _trace_lookup(model, example_inputs, example_kwargs, options, target_machine, stats)
+        if isinstance(fast, Executable):
+            return fast
         with stats.phase("capture", "frontend"):
             module, text, source, signature = _import_module(model, example_inputs, options, target_machine,
                                                              example_kwargs)
@@ -187,16 +198,73 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
             _verify(module, text, source)
         exe = _compile_cached(module, target_machine, options, stats)
         exe.signature = signature
+        if fast is not None:
+            _trace_store(fast, exe, stats)
         return exe
     finally:
         if stats.progress:
             stats.progress.close()
 
 
+def _cache(options: CompileOptions) -> CompileCache | None:
+    return CompileCache.default() if options.cache and options.dump_dir is None else None
+
+
+def _trace_lookup(model: Any, example_inputs: Sequence[Any], example_kwargs: dict[str, Any] | None,
+                  options: CompileOptions, target_machine: Any, stats: CompileStats
+                  ) -> Executable | tuple[CompileCache, str] | None:
+    """A torch model looked up by its trace (frontend.trace_key) before it is captured: the Executable on a
+    hit, else (cache, trace key) to record the capture's entry under, or None (no cache, not keyable)."""
+    cache = _cache(options)
+    if cache is None or options.capture != "export" or isinstance(model, (Module, str, os.PathLike)):
+        return None
+    with stats.phase("cache lookup (trace)", "cache"):
+        digest = trace_key(model, example_inputs, example_kwargs)
+        if digest is None:
+            return None
+        key = cache_key(f"trace {digest}", (), options.semantic(), target_machine.data)
+        entry, exe = cache.get(key), None
+        alias = _read_alias(entry) if entry is not None else None
+        if alias is not None:
+            target = cache.get(alias[0])
+            exe = _read_entry(target) if target is not None else None
+    if exe is None:
+        return cache, key
+    exe.signature = alias[1]
+    stats.cache = f"hit {key[:16]} by trace ({target})"
+    log.info("neuronc: compile cache hit %s by trace (%s)", key[:16], target)
+    exe.compile_stats = stats
+    return exe
+
+
+def _trace_store(fast: tuple[CompileCache, str], exe: Executable, stats: CompileStats) -> None:
+    """Record that the trace key ``fast`` leads to the entry just compiled or read (its key is in stats)."""
+    cache, key = fast
+    target = re.match(r"(?:hit|miss) ([0-9a-f]{64})", stats.cache)
+    signature = signature_to_json(exe.signature)
+    if target is None or signature is None or exe.signature is None:
+        return  # not stored (a full cache), or a calling convention JSON cannot hold
+    try:
+        cache.put(key, lambda folder: (folder / _ENTRY_ALIAS).write_text(
+            json.dumps({"entry": target.group(1), "signature": signature})))
+    except OSError as e:
+        log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
+
+
+def _read_alias(folder: Path) -> tuple[str, Signature] | None:
+    try:
+        data = json.loads((folder / _ENTRY_ALIAS).read_text())
+        signature = signature_from_json(data["signature"])
+        return (str(data["entry"]), signature) if signature is not None else None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        log.warning("neuronc: compile cache entry %s unreadable (%s); capturing again", folder, e)
+        return None
+
+
 def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats
                     ) -> Executable:
     """`compile_module` through the compile cache (when it is on and nothing is dumped)."""
-    cache = CompileCache.default() if options.cache and options.dump_dir is None else None
+    cache = _cache(options)
     if cache is None:
         stats.cache = "off"
         return compile_module(module, target_machine, options, stats)
@@ -204,12 +272,14 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
         key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
         entry = cache.get(key)
         exe = _read_entry(entry) if entry is not None else None
+        if entry is not None and exe is None:
+            cache.discard(key)
     if exe is not None:
-        stats.cache = f"hit {key[:16]} ({entry})"
+        stats.cache = f"hit {key} ({entry})"
         log.info("neuronc: compile cache hit %s (%s)", key[:16], entry)
         exe.compile_stats = stats
         return exe
-    stats.cache = f"miss {key[:16]}, stored in {cache.entry(key)}"
+    stats.cache = f"miss {key}, stored in {cache.entry(key)}"
     exe = compile_module(module, target_machine, options, stats)
     with stats.phase("cache store", "cache"):
         try:
@@ -238,7 +308,7 @@ def _large_constants(module: Module) -> Iterator[np.ndarray]:
                 yield inst.literal
 
 
-_ENTRY_NEFF, _ENTRY_JSON = "program.neff", "executable.json"
+_ENTRY_NEFF, _ENTRY_JSON, _ENTRY_ALIAS = "program.neff", "executable.json", "alias.json"
 
 
 def _write_entry(exe: Executable, folder: Path) -> None:
