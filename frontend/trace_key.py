@@ -95,6 +95,7 @@ class _Recorder(TorchFunctionMode):
         self.tensors: dict[int, int] = {}   # id -> number, in order of appearance
         self.alive: list[torch.Tensor] = []  # keeps ids unique while recording
         self.outside: list[tuple] = []       # tensors from outside the trace, in order of first use
+        self.constants: list[torch.Tensor] = []  # the real ones among them (not parameters or buffers)
         self.calls: list[tuple] = []
         self.modules: list[str] = []
         self.function_names: dict[Any, str] = {}
@@ -110,7 +111,8 @@ class _Recorder(TorchFunctionMode):
         if id(t) in self.names:  # a parameter or buffer (fake during the trace; its real value is hashed)
             self.outside.append(("weight", number, self.names[id(t)]))
         elif not isinstance(t, FakeTensor):  # a plain attribute or a global: its value
-            self.outside.append(("constant", number, _describe(t), tensor_digest(t)))
+            self.outside.append(("constant", number, _describe(t)))
+            self.constants.append(t)  # hashed after the trace (outside the fake mode)
         elif produced:  # (under the fake mode every tensor a call makes is fake)
             return ("new", number, _describe(t))
         else:
@@ -240,6 +242,7 @@ def _trace_key(model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
     weight_digests = tuple((entry[2], _describe(real_of_fake[id(recorder.alive[entry[1]])]),
                             tensor_digest(real_of_fake[id(recorder.alive[entry[1]])]))
                            for entry in recorder.outside if entry[0] == "weight")
+    weight_digests += tuple(tensor_digest(t) for t in recorder.constants)
     head = (FORMAT, torch.__version__, str(torch.get_default_dtype()), type(model).__module__,
             type(model).__qualname__, model_name(model), str(in_spec), tuple(inputs), str(out_spec), outputs,
             tuple((name, type(m).__module__, type(m).__qualname__)
