@@ -16,11 +16,11 @@ import numpy as np
 from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
-from compiler.cache import CompileCache, cache_key
+from compiler.cache import cache_key
+from compiler.cache_entries import cache_for, map_entry_weights, read_entry, trace_lookup, trace_store, write_entry
 from compiler.executable import (
     Executable,
     signature_from_json,
-    signature_to_json,
     to_numpy,  # noqa: F401 (re-exported)
 )
 from compiler.options import CompileOptions, make_options
@@ -36,8 +36,6 @@ from hlo.parser import parse_module
 from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
-from isa import weights as side_weights
-from isa.constants import isa_dtype_of
 from isa.errors import IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
@@ -188,7 +186,10 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
     stats = CompileStats(progress=Progress(enabled=not options.quiet))
     try:
         target_machine = load_target(options.target)
-        fast = _trace_lookup(model, example_inputs, example_kwargs, options, target_machine, stats)
+        fast = None
+        if options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
+            fast = trace_lookup(lambda: trace_key(model, example_inputs, example_kwargs), "export", options,
+                                target_machine, stats)
         if isinstance(fast, Executable):
             return fast
         with stats.phase("capture", "frontend"):
@@ -199,79 +200,24 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
         exe = _compile_cached(module, target_machine, options, stats)
         exe.signature = signature
         if fast is not None:
-            _trace_store(fast, exe, stats)
+            trace_store(fast, exe)
         return exe
     finally:
         if stats.progress:
             stats.progress.close()
 
 
-def _cache(options: CompileOptions) -> CompileCache | None:
-    return CompileCache.default() if options.cache and options.dump_dir is None else None
-
-
-def _trace_lookup(model: Any, example_inputs: Sequence[Any], example_kwargs: dict[str, Any] | None,
-                  options: CompileOptions, target_machine: Any, stats: CompileStats
-                  ) -> Executable | tuple[CompileCache, str] | None:
-    """A torch model looked up by its trace (frontend.trace_key) before it is captured: the Executable on a
-    hit, else (cache, trace key) to record the capture's entry under, or None (no cache, not keyable)."""
-    cache = _cache(options)
-    if cache is None or options.capture != "export" or isinstance(model, (Module, str, os.PathLike)):
-        return None
-    with stats.phase("cache lookup (trace)", "cache"):
-        digest = trace_key(model, example_inputs, example_kwargs)
-        if digest is None:
-            return None
-        key = cache_key(f"trace {digest}", (), options.semantic(), target_machine.data)
-        entry, exe = cache.get(key), None
-        alias = _read_alias(entry) if entry is not None else None
-        if alias is not None:
-            target = cache.get(alias[0])
-            exe = _read_entry(target) if target is not None else None
-    if exe is None:
-        return cache, key
-    exe.signature = alias[1]
-    stats.cache = f"hit {key[:16]} by trace ({target})"
-    log.info("neuronc: compile cache hit %s by trace (%s)", key[:16], target)
-    exe.compile_stats = stats
-    return exe
-
-
-def _trace_store(fast: tuple[CompileCache, str], exe: Executable, stats: CompileStats) -> None:
-    """Record that the trace key ``fast`` leads to the entry just compiled or read (its key is in stats)."""
-    cache, key = fast
-    target = re.match(r"(?:hit|miss) ([0-9a-f]{64})", stats.cache)
-    signature = signature_to_json(exe.signature)
-    if target is None or signature is None or exe.signature is None:
-        return  # not stored (a full cache), or a calling convention JSON cannot hold
-    try:
-        cache.put(key, lambda folder: (folder / _ENTRY_ALIAS).write_text(
-            json.dumps({"entry": target.group(1), "signature": signature})))
-    except OSError as e:
-        log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
-
-
-def _read_alias(folder: Path) -> tuple[str, Signature] | None:
-    try:
-        data = json.loads((folder / _ENTRY_ALIAS).read_text())
-        signature = signature_from_json(data["signature"])
-        return (str(data["entry"]), signature) if signature is not None else None
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        log.warning("neuronc: compile cache entry %s unreadable (%s); capturing again", folder, e)
-        return None
-
-
 def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats
                     ) -> Executable:
     """`compile_module` through the compile cache (when it is on and nothing is dumped)."""
-    cache = _cache(options)
+    cache = cache_for(options)
     if cache is None:
         stats.cache = "off"
         return compile_module(module, target_machine, options, stats)
     with stats.phase("cache lookup", "cache"):
         key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
         entry = cache.get(key)
-        exe = _read_entry(entry) if entry is not None else None
+        exe = read_entry(entry) if entry is not None else None
         if entry is not None and exe is None:
             cache.discard(key)
     if exe is not None:
@@ -283,8 +229,8 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
     exe = compile_module(module, target_machine, options, stats)
     with stats.phase("cache store", "cache"):
         try:
-            entry = cache.put(key, lambda folder: _write_entry(exe, folder))
-            _map_entry_weights(exe.program, entry)
+            entry = cache.put(key, lambda folder: write_entry(exe, folder))
+            map_entry_weights(exe.program, entry)
         except (OSError, IsaError) as e:  # a full or read-only cache must not fail the compile
             stats.cache = f"miss {key[:16]}, not stored ({getattr(e, 'strerror', None) or e})"
             log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
@@ -306,43 +252,6 @@ def _large_constants(module: Module) -> Iterator[np.ndarray]:
         for inst in computation.instructions:
             if is_elided(inst) and inst.literal is not None:
                 yield inst.literal
-
-
-_ENTRY_NEFF, _ENTRY_JSON, _ENTRY_ALIAS = "program.neff", "executable.json", "alias.json"
-
-
-def _write_entry(exe: Executable, folder: Path) -> None:
-    """A cache entry: the program (weights in a side file, memory-mapped when read back) and the
-    Executable's texts as JSON (no pickle)."""
-    neff.save(exe.program, folder / _ENTRY_NEFF, weights="external")
-    (folder / _ENTRY_JSON).write_text(json.dumps({"hlo": exe.hlo, "pass_timing": exe.pass_timing,
-                                                  "reports": exe.reports}))
-
-
-def _map_entry_weights(program: Program, folder: Path) -> None:
-    """From now on the program's weights are the entry's read-only memory-mapped file (less memory;
-    saving the program to -o links that file instead of hashing and writing the weights again)."""
-    try:
-        stored = neff.read_weights_ref(folder / _ENTRY_NEFF)
-        if stored is None:
-            return
-        expected = {name: (isa_dtype_of(a).name, tuple(np.shape(a))) for name, a in program.constants.items()}
-        mapped = side_weights.read(folder / stored[0], stored[1], expected)
-    except (OSError, IsaError):
-        return  # keep the arrays in memory (e.g. another process stored this key with other weights)
-    program.constants = mapped
-
-
-def _read_entry(folder: Path) -> Executable | None:
-    """The Executable of a cache entry, or None when it cannot be read (then compiled again)."""
-    try:
-        program = neff.load(folder / _ENTRY_NEFF)
-        texts = json.loads((folder / _ENTRY_JSON).read_text())
-        return Executable(program=program, hlo=str(texts["hlo"]), pass_timing=str(texts["pass_timing"]),
-                          reports={str(k): str(v) for k, v in texts["reports"].items()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IsaError) as e:
-        log.warning("neuronc: compile cache entry %s unreadable (%s); compiling again", folder, e)
-        return None
 
 
 def _detach_from_model(program: Program) -> None:

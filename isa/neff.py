@@ -546,7 +546,7 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
         if attr_count > len(attrs):
             raise _Malformed
         values = instr.attrs
-        for name, record, choices, default in attrs[:attr_count]:
+        for name, record, choices, _ in attrs[:attr_count]:
             if record is not None:
                 (values[name],) = record.unpack_from(body, pos)
                 pos += record.size
