@@ -52,6 +52,7 @@ from .signature import register_model_pytrees
 
 FORMAT = 1  # of the recorded trace; part of the key
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_FX_CODE = "<eval_with_key>"  # a GraphModule's generated forward (numbered per process: its nodes' metadata counts)
 _OPS_NAMESPACES = ("aten", "prims")  # torch.ops whose behaviour is torch's own (the version is in the key)
 _SCALARS = (bool, int, float, complex, str)
 _ENUMS = (torch.dtype, torch.device, torch.layout, torch.memory_format)
@@ -152,7 +153,7 @@ class _Recorder(TorchFunctionMode):
         out, frame = [], sys._getframe(2)
         while frame is not None and frame.f_code is not _run.__code__:
             path = frame.f_code.co_filename
-            if not path.startswith(_TORCH_DIR):
+            if not path.startswith(_TORCH_DIR) and not path.startswith(_FX_CODE):
                 out.append((path, frame.f_lineno))
             frame = frame.f_back
         return tuple(out)
@@ -247,6 +248,9 @@ def _trace_key(model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
             type(model).__qualname__, model_name(model), str(in_spec), tuple(inputs), str(out_spec), outputs,
             tuple((name, type(m).__module__, type(m).__qualname__)
                   for name, m in model.named_modules(remove_duplicate=False)))
+    if isinstance(model, torch.fx.GraphModule):  # the source metadata the fx capture reads from its nodes
+        head += tuple((n.name, str(n.target), n.meta.get("stack_trace"), str(n.meta.get("nn_module_stack")))
+                      for n in model.graph.nodes)
     digest = hashlib.sha256(repr(head).encode())
     digest.update(repr(recorder.calls).encode())
     digest.update(repr(recorder.outside).encode())

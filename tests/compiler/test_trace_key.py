@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import compiler
+import compiler.driver
 from frontend.trace_key import tensor_digest, trace_key
 
 SCALE = 2.0
@@ -139,3 +140,25 @@ def test_a_saved_neff_keeps_the_calling_convention(tmp_path, weights):
     assert loaded.signature == exe.signature
     out = loaded(x, mask=mask)
     np.testing.assert_array_equal(out["masked"].numpy(), exe(x, mask=mask)["masked"].numpy())
+
+
+def test_torch_compile_finds_a_graph_compiled_before_by_its_trace(monkeypatch):
+    programs = []
+    run = compiler.driver.Executable.run
+
+    def recording(self, *inputs, **kwargs):
+        programs.append(self)
+        return run(self, *inputs, **kwargs)
+
+    monkeypatch.setattr(compiler.driver.Executable, "run", recording)
+    model, (x,) = _example()
+    with torch.no_grad():
+        expected = model(x)
+        for _ in range(2):  # the second time in a fresh dynamo, as in a new process
+            torch._dynamo.reset()
+            np.testing.assert_allclose(torch.compile(model, backend="neuronc")(x).numpy(), expected.numpy(),
+                                       rtol=1e-4, atol=1e-4)
+    torch._dynamo.reset()
+    first, second = programs
+    assert first.compile_stats.cache.startswith("miss") and "by trace" in second.compile_stats.cache
+    assert second.asm == first.asm
