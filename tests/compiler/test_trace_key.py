@@ -91,12 +91,15 @@ def test_what_cannot_be_traced_has_no_key_and_still_compiles():
     assert trace_key(lambda x: x, (torch.randn(4),)) is None
 
 
-def test_tensor_digest_is_memoized_until_the_tensor_changes():
+def test_tensor_digest_follows_the_values_however_they_change():
     t = torch.arange(10, dtype=torch.float32)
     first = tensor_digest(t)
     assert tensor_digest(t) == first
-    t[0] = 5.0  # in place: the version changes
-    assert tensor_digest(t) != first
+    t.data[0] = 5.0  # through .data: the version counter does not see it
+    second = tensor_digest(t)
+    assert second != first
+    t.numpy()[0] = 6.0  # nor through numpy
+    assert tensor_digest(t) not in (first, second)
     assert tensor_digest(torch.zeros(2, dtype=torch.bfloat16)) != tensor_digest(torch.zeros(2, dtype=torch.float16))
 
 
