@@ -184,6 +184,15 @@ def trace_key(model: Any, example_inputs: Sequence[Any], example_kwargs: dict[st
         return None
 
 
+def _ambient() -> tuple:
+    """The global torch state the capture sees besides the model: grad and inference modes (the trace runs
+    in the caller's, as export does), autocast, the default dtype, deterministic algorithms."""
+    return (torch.is_grad_enabled(), torch.is_inference_mode_enabled(), str(torch.get_default_dtype()),
+            torch.are_deterministic_algorithms_enabled(),
+            tuple((device, torch.is_autocast_enabled(device), str(torch.get_autocast_dtype(device)))
+                  for device in ("cpu", "cuda")))
+
+
 def _wants_grad(inputs: Sequence[Any]) -> bool:
     return any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(list(inputs)))
 
@@ -220,7 +229,7 @@ def _trace_key(model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
     pre = torch.nn.modules.module.register_module_forward_pre_hook(recorder.enter_module)
     post = torch.nn.modules.module.register_module_forward_hook(recorder.leave_module, always_call=True)
     try:
-        with quiet(), eval_mode(model), torch.no_grad(), fake_mode, _compiling_state_context(), \
+        with quiet(), eval_mode(model), fake_mode, _compiling_state_context(), \
                 _reparametrize_module(model, fakes, tie_weights=True, strict=True, stack_weights=True):
             result = _run(recorder, model, fake_args, fake_kwargs)
     finally:
@@ -232,7 +241,7 @@ def _trace_key(model: torch.nn.Module, args: tuple, kwargs: dict) -> str:
                             tensor_digest(real_of_fake[id(recorder.alive[entry[1]])]))
                            for entry in recorder.outside if entry[0] == "weight")
     weight_digests += tuple(tensor_digest(t) for t in recorder.constants)
-    head = (FORMAT, torch.__version__, str(torch.get_default_dtype()), type(model).__module__,
+    head = (FORMAT, torch.__version__, _ambient(), type(model).__module__,
             type(model).__qualname__, model_name(model), str(in_spec), tuple(inputs), str(out_spec), outputs,
             tuple((name, type(m).__module__, type(m).__qualname__)
                   for name, m in model.named_modules(remove_duplicate=False)))

@@ -61,6 +61,8 @@ def test_the_key_is_stable_and_follows_everything_the_program_depends_on(monkeyp
     monkeypatch.setattr(sys.modules[__name__], "SCALE", 2.0)
     assert trace_key(model, example) == base
     changes = []
+    with torch.no_grad():  # the trace runs in the caller's grad mode, as export does
+        changes.append(trace_key(model, example))
     with torch.no_grad():
         saved = model.fc.weight.clone()
         model.fc.weight[0, 0] += 1  # a parameter's value
