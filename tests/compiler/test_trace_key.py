@@ -3,6 +3,7 @@ captured, and anything that changes what torch.export would produce changes the 
 
 from __future__ import annotations
 
+import shutil
 import sys
 
 import numpy as np
@@ -11,6 +12,7 @@ import torch
 
 import compiler
 import compiler.driver
+from compiler.cache import CompileCache
 from frontend.trace_key import tensor_digest, trace_key
 
 SCALE = 2.0
@@ -167,3 +169,15 @@ def test_torch_compile_finds_a_graph_compiled_before_by_its_trace(monkeypatch):
     first, second = programs
     assert first.compile_stats.cache.startswith("miss") and "by trace" in second.compile_stats.cache
     assert second.asm == first.asm
+
+
+def test_an_alias_whose_program_was_evicted_is_a_miss_and_is_stored_again():
+    model, example = _example()
+    compiler.compile(model, example, quiet=True)
+    cache = CompileCache.default()
+    (program,) = [path for _, _, path in cache.entries() if (path / "program.neff").exists()]
+    shutil.rmtree(program)
+    again = compiler.compile(model, example, quiet=True)
+    assert again.compile_stats.cache.startswith("miss")
+    third = compiler.compile(model, example, quiet=True)
+    assert "by trace" in third.compile_stats.cache and third.asm == again.asm
