@@ -4,10 +4,14 @@ alone, the model already built (what a torch.compile user or a test suite pays),
     .venv/bin/python benchmarks/compile_cache.py benchmarks/hf_gpt2_small.py --cache-dir /tmp/nc-cache
 
 Runs three processes: a cold compile (cache off), a compile that stores the entry (cache on, empty
-cache) and a compile that hits it, each building the model first (not timed), and prints each one's
-`compiler.compile()` CPU and wall seconds, the hit's phases and the ratio hit / cold. The whole
-`neuronc compile` process (imports, model building, writing -o) is the other definition: time it from
-outside (docs/speed.md).
+cache) and a compile that hits it. Each imports neuronc, torch (and transformers) and builds the model
+before its clock starts, then times the one `compiler.compile(model, example_inputs)` call: CPU seconds
+(`time.process_time`, the process's user + system) and wall seconds. That call includes what it imports
+lazily (torch._dynamo, through torch.export or the fake tensors of the trace key). It prints each
+one's times, the hit's phases (a hit by trace: `cache lookup (trace)` only) and the ratio hit / cold.
+
+The whole `neuronc compile` process (imports, model building, compile, writing -o) is the other
+definition: time it from outside with farm-bench, A = a hit, B = `--no-cache` (docs/speed.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 inductor's FX graph cache.
 
 The key is the SHA-256 of the canonical HLO text of the module as imported (before any pass), the
-bytes of its large constants (the text elides them), the options that change the program, the
+XXH3-128 of each of its large constants (the text elides them), the options that change the program, the
 target's description and the compiler's version (``compiler_version``: the package version plus a
 hash of the compiler's own source files, so editing the compiler invalidates old entries).
 
@@ -30,9 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 ENV_DIR = "NEURONC_CACHE_DIR"
 ENV_SIZE = "NEURONC_CACHE_SIZE_MB"
+ENV_VERSION = "NEURONC_CACHE_VERSION"
 DEFAULT_SIZE_MB = 4096
 FORMAT = 1  # of an entry's files; part of the key
 STALE_TMP_S = 3600  # a temporary entry folder older than this was left by a process that died
@@ -57,9 +59,15 @@ def default_limit() -> int:
     return int(mb * 2**20)
 
 
-@lru_cache(maxsize=1)
 def compiler_version() -> str:
-    """The package version and a hash of every .py/.lark/.json file of the compiler's packages."""
+    """The package version and a hash of every .py/.lark/.json file of the compiler's packages, or
+    ``$NEURONC_CACHE_VERSION`` when set: a test that compiles in two processes pins it, so that a source
+    edited between them (by a developer working meanwhile) does not turn its hit into a miss."""
+    return os.environ.get(ENV_VERSION) or _source_version()
+
+
+@lru_cache(maxsize=1)
+def _source_version() -> str:
     try:
         version = metadata.version("neuronc")
     except metadata.PackageNotFoundError:
@@ -82,10 +90,10 @@ def cache_key(hlo_text: str, constants: Iterable[np.ndarray], options: Mapping[s
             "target": target}
     digest.update(json.dumps(head, sort_keys=True, default=str).encode())
     digest.update(hlo_text.encode())
-    for array in constants:
+    for array in constants:  # each by its XXH3-128 (20x SHA-256's speed; see frontend/trace_key.py)
         array = np.ascontiguousarray(array)
         digest.update(f"{array.dtype.str}{array.shape}".encode())
-        digest.update(memoryview(array.reshape(-1).view(np.uint8)))
+        digest.update(xxhash.xxh3_128(memoryview(array.reshape(-1).view(np.uint8))).digest())
     return digest.hexdigest()
 
 
@@ -111,6 +119,17 @@ class CompileCache:
         except OSError:
             pass  # a read-only cache still serves hits
         return path
+
+    def discard(self, key: str) -> None:
+        """Remove entry ``key`` (an unreadable one, so that the compile that follows can store it again)."""
+        path = self.entry(key)
+        if path.is_dir():
+            tomb = path.with_name(f".{key[:16]}.{os.getpid()}.{time.monotonic_ns()}.gone")
+            try:
+                os.rename(path, tomb)  # atomic: a reader sees the entry whole or not at all
+            except OSError:
+                return
+            shutil.rmtree(tomb, ignore_errors=True)
 
     def put(self, key: str, write: Callable[[Path], None]) -> Path:
         """Store entry ``key``: ``write(folder)`` fills a temporary folder, which is renamed into place.

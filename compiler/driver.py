@@ -16,13 +16,19 @@ import numpy as np
 from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
-from compiler.cache import CompileCache, cache_key
-from compiler.executable import Executable, to_numpy  # noqa: F401 (to_numpy: re-exported)
+from compiler.cache import cache_key
+from compiler.cache_entries import cache_for, map_entry_weights, read_entry, trace_lookup, trace_store, write_entry
+from compiler.executable import (
+    Executable,
+    signature_from_json,
+    to_numpy,  # noqa: F401 (re-exported)
+)
 from compiler.options import CompileOptions, make_options
 from compiler.pipeline import build_pipeline
 from compiler.stats import CompileStats, Progress
 from frontend import Signature, import_model_with_signature
 from frontend.builder import shares_torch_memory
+from frontend.trace_key import trace_key
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from hlo.io import load_hlo_file
 from hlo.ir import Module
@@ -30,8 +36,6 @@ from hlo.parser import parse_module
 from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
-from isa import weights as side_weights
-from isa.constants import isa_dtype_of
 from isa.errors import IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
@@ -47,7 +51,9 @@ def load(path: str | os.PathLike) -> Executable:
     except NeuroncError as e:
         raise NeuroncError(f"{os.fspath(path)}: the program was compiled for target {program.target!r}, "
                            f"which cannot be loaded here ({e})") from None
-    return Executable(program=program, hlo=str(program.meta.get("hlo", "")))
+    text = program.meta.get("signature")
+    return Executable(program=program, hlo=str(program.meta.get("hlo", "")),
+                      signature=signature_from_json(text) if isinstance(text, str) else None)
 
 
 def load_target(name_or_path: str) -> Any:
@@ -180,6 +186,12 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
     stats = CompileStats(progress=Progress(enabled=not options.quiet))
     try:
         target_machine = load_target(options.target)
+        fast = None
+        if options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
+            fast = trace_lookup(lambda: trace_key(model, example_inputs, example_kwargs), "export", options,
+                                target_machine, stats)
+        if isinstance(fast, Executable):
+            return fast
         with stats.phase("capture", "frontend"):
             module, text, source, signature = _import_module(model, example_inputs, options, target_machine,
                                                              example_kwargs)
@@ -187,6 +199,8 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
             _verify(module, text, source)
         exe = _compile_cached(module, target_machine, options, stats)
         exe.signature = signature
+        if fast is not None:
+            trace_store(fast, exe)
         return exe
     finally:
         if stats.progress:
@@ -196,25 +210,27 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
 def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats
                     ) -> Executable:
     """`compile_module` through the compile cache (when it is on and nothing is dumped)."""
-    cache = CompileCache.default() if options.cache and options.dump_dir is None else None
+    cache = cache_for(options)
     if cache is None:
         stats.cache = "off"
         return compile_module(module, target_machine, options, stats)
     with stats.phase("cache lookup", "cache"):
         key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
         entry = cache.get(key)
-        exe = _read_entry(entry) if entry is not None else None
+        exe = read_entry(entry) if entry is not None else None
+        if entry is not None and exe is None:
+            cache.discard(key)
     if exe is not None:
-        stats.cache = f"hit {key[:16]} ({entry})"
+        stats.cache = f"hit {key} ({entry})"
         log.info("neuronc: compile cache hit %s (%s)", key[:16], entry)
         exe.compile_stats = stats
         return exe
-    stats.cache = f"miss {key[:16]}, stored in {cache.entry(key)}"
+    stats.cache = f"miss {key}, stored in {cache.entry(key)}"
     exe = compile_module(module, target_machine, options, stats)
     with stats.phase("cache store", "cache"):
         try:
-            entry = cache.put(key, lambda folder: _write_entry(exe, folder))
-            _map_entry_weights(exe.program, entry)
+            entry = cache.put(key, lambda folder: write_entry(exe, folder))
+            map_entry_weights(exe.program, entry)
         except (OSError, IsaError) as e:  # a full or read-only cache must not fail the compile
             stats.cache = f"miss {key[:16]}, not stored ({getattr(e, 'strerror', None) or e})"
             log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
@@ -236,43 +252,6 @@ def _large_constants(module: Module) -> Iterator[np.ndarray]:
         for inst in computation.instructions:
             if is_elided(inst) and inst.literal is not None:
                 yield inst.literal
-
-
-_ENTRY_NEFF, _ENTRY_JSON = "program.neff", "executable.json"
-
-
-def _write_entry(exe: Executable, folder: Path) -> None:
-    """A cache entry: the program (weights in a side file, memory-mapped when read back) and the
-    Executable's texts as JSON (no pickle)."""
-    neff.save(exe.program, folder / _ENTRY_NEFF, weights="external")
-    (folder / _ENTRY_JSON).write_text(json.dumps({"hlo": exe.hlo, "pass_timing": exe.pass_timing,
-                                                  "reports": exe.reports}))
-
-
-def _map_entry_weights(program: Program, folder: Path) -> None:
-    """From now on the program's weights are the entry's read-only memory-mapped file (less memory;
-    saving the program to -o links that file instead of hashing and writing the weights again)."""
-    try:
-        stored = neff.read_weights_ref(folder / _ENTRY_NEFF)
-        if stored is None:
-            return
-        expected = {name: (isa_dtype_of(a).name, tuple(np.shape(a))) for name, a in program.constants.items()}
-        mapped = side_weights.read(folder / stored[0], stored[1], expected)
-    except (OSError, IsaError):
-        return  # keep the arrays in memory (e.g. another process stored this key with other weights)
-    program.constants = mapped
-
-
-def _read_entry(folder: Path) -> Executable | None:
-    """The Executable of a cache entry, or None when it cannot be read (then compiled again)."""
-    try:
-        program = neff.load(folder / _ENTRY_NEFF)
-        texts = json.loads((folder / _ENTRY_JSON).read_text())
-        return Executable(program=program, hlo=str(texts["hlo"]), pass_timing=str(texts["pass_timing"]),
-                          reports={str(k): str(v) for k, v in texts["reports"].items()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, IsaError) as e:
-        log.warning("neuronc: compile cache entry %s unreadable (%s); compiling again", folder, e)
-        return None
 
 
 def _detach_from_model(program: Program) -> None:

@@ -20,7 +20,7 @@ them on to ``compiler.compile``.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import hashlib
 import re
 import warnings
 from collections.abc import Callable, Sequence
@@ -30,15 +30,18 @@ import torch
 from torch import fx
 from torch.utils import _pytree as pytree
 
+from compiler.cache_entries import trace_lookup, trace_store
 from compiler.driver import compile as compile_model
-from compiler.executable import to_torch
-from compiler.options import CompileOptions
+from compiler.driver import load_target
+from compiler.executable import Executable, to_torch
+from compiler.options import CompileOptions, make_options
+from compiler.stats import CompileStats, Progress
 from frontend.builder import HLO_TO_TORCH
 from frontend.capture import attribute, capture_fx
 from frontend.lowering import lower_graph
+from frontend.trace_key import trace_key
 from hlo.errors import NeuroncError
 
-_graph_ids = itertools.count()
 # How often dynamo handed neuronc a graph, how many programs were compiled for them (one per specialization:
 # a new input shape or changed weights compiles again) and how many ran eagerly instead. See compile_stats().
 STATS = {"graphs": 0, "compiles": 0, "eager": 0}
@@ -145,7 +148,9 @@ class CompiledGraph:
     def __init__(self, gm: fx.GraphModule, options: dict[str, Any]):
         self.gm, self.options = gm, options
         self.weights = weight_inputs(gm)
-        self.name = f"dynamo_graph_{next(_graph_ids)}"
+        # named by its code, not by a counter, so that the same graph has the same HLO (and cache key) in every
+        # process whatever else was compiled before it
+        self.name = f"dynamo_graph_{hashlib.sha256(gm.code.encode()).hexdigest()[:8]}"
         self.specializations: dict[tuple, Callable[..., Any]] = {}
 
     def __call__(self, *inputs: Any) -> Any:
@@ -161,20 +166,34 @@ class CompiledGraph:
         rest = [t for i, t in enumerate(inputs) if i not in self.weights]
         try:
             frozen = _frozen(self.gm, self.weights, inputs)
-            module = lower_graph(capture_fx(frozen, rest, name=self.name))
+            executable = self.cached(frozen, rest)
+            if not isinstance(executable, Executable):
+                lookup, module = executable, lower_graph(capture_fx(frozen, rest, name=self.name))
         except NeuroncError as e:
             return _eager(self.gm, str(e))
-        try:
+        if not isinstance(executable, Executable):
+            try:
+                STATS["compiles"] += 1
+                executable = compile_model(module, **self.options)
+            except NeuroncError as e:
+                return _eager(self.gm, f"the compiler cannot handle it yet: {e}")
+            except Exception as e:  # a compiler bug: keep the user's model running, but say so
+                return _eager(self.gm, f"internal compiler error (please report it): {type(e).__name__}: {e}")
+            if lookup is not None:
+                trace_store(lookup, executable)
+        else:
             STATS["compiles"] += 1
-            executable = compile_model(module, **self.options)
-        except NeuroncError as e:
-            return _eager(self.gm, f"the compiler cannot handle it yet: {e}")
-        except Exception as e:  # a compiler bug: keep the user's model running, but say so
-            return _eager(self.gm, f"internal compiler error (please report it): {type(e).__name__}: {e}")
         output = next(n for n in self.gm.graph.nodes if n.op == "output")
         _, out_spec = pytree.tree_flatten(output.args[0])
-        return _Run(executable, fed, out_spec, [HLO_TO_TORCH[s.dtype] for s in _output_shapes(module)],
-                    [inputs[i] for i in self.weights])
+        types = [t for t in str(executable.program.meta.get("output_types", "")).split(",") if t]
+        return _Run(executable, fed, out_spec, [HLO_TO_TORCH[t] for t in types], [inputs[i] for i in self.weights])
+
+    def cached(self, frozen: fx.GraphModule, rest: Sequence[Any]) -> Any:
+        """The program of this graph from the compile cache, looked up by its trace (frontend.trace_key: the
+        fx capture and the lowering are skipped on a hit), else what ``trace_store`` needs (or None)."""
+        options = make_options(**self.options)
+        return trace_lookup(lambda: trace_key(frozen, rest), f"fx {self.name}", options,
+                            load_target(options.target), CompileStats(progress=Progress(enabled=False)))
 
 
 def neuronc_backend(gm: fx.GraphModule, example_inputs: Sequence[Any], *,
@@ -204,7 +223,3 @@ def _checked(options: dict[str, Any] | None) -> dict[str, Any]:
         raise NeuroncError(f"unknown neuronc option(s) {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     return dict(options or {})
 
-
-def _output_shapes(module: Any) -> list[Any]:
-    root = module.entry.root
-    return list(root.shape.tuple_shapes) if root.shape.is_tuple else [root.shape]

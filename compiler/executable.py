@@ -12,6 +12,8 @@ results are widened back on the way out.
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -19,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.utils import _pytree as pytree
 
 from compiler.stats import CompileStats
 from frontend.builder import HLO_TO_TORCH
@@ -30,6 +33,8 @@ from isa.dtypes import dtype as isa_dtype
 from isa.emulator import Emulator, Profile, RunResult, checks_level
 from isa.errors import InputError
 from isa.program import Program
+
+log = logging.getLogger("neuronc")
 
 # HLO element type -> the numpy dtype torch gives that type (what inputs arrive as and outputs leave as)
 HLO_NUMPY: dict[str, Any] = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "s64": np.int64,
@@ -169,11 +174,50 @@ class Executable:
         """Write the .neff container (atomically); ``weights``: auto, inline or external (a safetensors
         side file beside it, see isa.neff.save)."""
         self.program.meta["hlo"] = self.hlo
+        text = signature_to_json(self.signature)
+        if text is not None:
+            self.program.meta["signature"] = text
+        else:
+            self.program.meta.pop("signature", None)
         if self.compile_stats is not None:
             with self.compile_stats.phase(".neff write", "output"):
                 neff.save(self.program, os.fspath(path), weights=weights)
         else:
             neff.save(self.program, os.fspath(path), weights=weights)
+
+
+_JSON_LEAVES = (type(None), bool, int, float, str)
+
+
+def signature_to_json(signature: Signature | None) -> str | None:
+    """The calling convention as JSON (kept in a saved .neff and a compile cache entry; no pickle), or None
+    when there is none or it holds something JSON cannot (a pytree node type registered without a
+    serialized name, a non-tensor argument that is not a plain value)."""
+    if signature is None:
+        return None
+    if not all(type(v) in _JSON_LEAVES for v in signature.constants.values()):
+        return None
+    try:
+        specs = [None if s is None else pytree.treespec_dumps(s) for s in (signature.in_spec, signature.out_spec)]
+    except Exception:  # torch raises several types for a node type it cannot serialize
+        return None
+    return json.dumps({"in_spec": specs[0], "out_spec": specs[1], "fed": signature.fed,
+                       "constants": [[i, v] for i, v in signature.constants.items()], "names": signature.names,
+                       "in_types": signature.in_types, "out_types": signature.out_types})
+
+
+def signature_from_json(text: str) -> Signature | None:
+    """The Signature that ``signature_to_json`` wrote; None (with a log line) when it cannot be rebuilt here,
+    e.g. the model's output class is not imported in this process (then calls take the flat inputs)."""
+    try:
+        data = json.loads(text)
+        specs = [None if s is None else pytree.treespec_loads(s) for s in (data["in_spec"], data["out_spec"])]
+        return Signature(specs[0], [int(i) for i in data["fed"]], {int(i): v for i, v in data["constants"]},
+                         [str(n) for n in data["names"]], specs[1], [str(t) for t in data["in_types"]],
+                         [str(t) for t in data["out_types"]])
+    except Exception as e:  # a type unknown here, or a damaged entry
+        log.info("neuronc: the stored calling convention cannot be rebuilt (%s: %s)", type(e).__name__, e)
+        return None
 
 
 def _is_array(value: Any) -> bool:

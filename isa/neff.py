@@ -68,6 +68,21 @@ from isa.constants import constant_problems, isa_dtype_of, write_atomic
 from isa.dtypes import DTYPE_BY_CODE, DTYPES
 from isa.errors import NeffError, ProgramError
 from isa.instructions import OPCODE_BY_CODE, OPCODES, AttrSpec
+from isa.neff_codec import (
+    _ATTR_COUNT,
+    _ATTR_STRUCTS,
+    _CHOICE,
+    _INSTR_HEAD,
+    _OPERAND_INDEX,
+    _PAIR,
+    _PATTERN_HEAD,
+    _STRING,
+    _U16,
+    _U32,
+    _WAIT,
+    _decode_fast,
+    _Malformed,
+)
 from isa.program import (
     ENGINES,
     MEMORIES,
@@ -94,14 +109,6 @@ AUTO_EXTERNAL_BYTES = 16 << 20  # weights="auto": constants above this size go t
 _FILE_HEADER = struct.Struct("<4sHHIQ")
 _SECTION_ENTRY = struct.Struct("<IQQ")
 _CHECKSUM_BYTES = hashlib.sha256().digest_size
-_U16, _U32 = struct.Struct("<H"), struct.Struct("<I")
-_INSTR_HEAD = struct.Struct("<HBB")
-_OPERAND_INDEX = _ATTR_COUNT = struct.Struct("<B")
-_PATTERN_HEAD = struct.Struct("<BBBxiiqqi")
-_PAIR = struct.Struct("<qq")
-_WAIT = struct.Struct("<II")
-_ATTR_STRUCTS = {int: struct.Struct("<q"), float: struct.Struct("<d")}
-_CHOICE, _STRING = _U16, _U32
 
 
 # ------------------------------------------------------------------------------------------ encode
@@ -472,6 +479,12 @@ def _decode_origins(entries: dict[str, Any]) -> dict[str, Origin]:
 
 
 def _decode_instructions(body: bytes, tensors: list[str], strings: list[str], version: int) -> list[Instruction]:
+    """The instruction section: decoded by ``_decode_fast``; a section it finds malformed is decoded again
+    field by field, which names the problem precisely."""
+    try:
+        return _decode_fast(body, tensors, strings, version)
+    except (_Malformed, struct.error, IndexError, KeyError):
+        pass
     reader = _Reader(body, "instructions")
     (count,) = reader.read(_U32, "the instruction count")
     instructions = [_decode_instruction(reader, i, tensors, strings, version) for i in range(count)]

@@ -36,13 +36,14 @@ def test_second_compile_is_a_cache_hit_with_the_same_program():
     assert second.compile_stats.cache.startswith("hit")
     assert second.asm == first.asm and second.hlo == first.hlo and second.reports == first.reports
     np.testing.assert_array_equal(second.run(*example)[0], first.run(*example)[0])
-    assert len(CompileCache.default().entries()) == 1
+    assert "by trace" in second.compile_stats.cache  # found before capturing the model
+    assert len(CompileCache.default().entries()) == 2  # the program, and its trace key pointing to it
 
 
 def test_saving_a_cached_program_links_its_weights(tmp_path):
     model, example = _model()
     exe = compiler.compile(model, example)
-    (entry,) = [path for _, _, path in CompileCache.default().entries()]
+    (entry,) = [path for _, _, path in CompileCache.default().entries() if (path / "program.neff").exists()]
     exe.save(tmp_path / "m.neff", weights="external")
     assert weights.side_path(tmp_path / "m.neff").samefile(weights.side_path(entry / "program.neff"))
     again = compiler.load(tmp_path / "m.neff")
@@ -69,7 +70,7 @@ def test_no_cache_and_dump_dir_skip_it(tmp_path):
 def test_an_unreadable_entry_is_compiled_again():
     model, example = _model()
     compiler.compile(model, example)
-    (entry,) = [path for _, _, path in CompileCache.default().entries()]
+    (entry,) = [path for _, _, path in CompileCache.default().entries() if (path / "program.neff").exists()]
     (entry / "program.neff").write_bytes(b"junk")
     again = compiler.compile(model, example)
     assert again.compile_stats.cache.startswith("miss")
@@ -88,7 +89,8 @@ def test_compile_stats_name_every_phase():
     assert "peak RSS (MiB)" in table and "scheduling" in table and table.splitlines()[-2].startswith("total")
 
 
-def test_cli_time_passes_weights_and_a_hit_in_a_new_process(tmp_path, capsys):
+def test_cli_time_passes_weights_and_a_hit_in_a_new_process(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("NEURONC_CACHE_VERSION", f"test-{os.getpid()}-{tmp_path.name}")  # immune to source edits
     out = tmp_path / "mlp.neff"
     assert main(["compile", str(EXAMPLE), "-o", str(out), "--time-passes", "--weights", "external"]) == 0
     text = capsys.readouterr().out
