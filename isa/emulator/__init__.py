@@ -94,6 +94,8 @@ def _reset_state(state: EngineState, partitions: int) -> None:
     """Put the engine state back to a fresh one's, in place (decoded closures hold its arrays)."""
     fresh = EngineState(partitions)
     for name, value in vars(fresh).items():
+        if name == "scratch":  # no state: contents live for one instruction
+            continue
         mine = getattr(state, name)
         if isinstance(value, np.ndarray) and isinstance(mine, np.ndarray) and mine.shape == value.shape:
             mine[...] = value

@@ -44,6 +44,17 @@ class EngineState:
         self.stationary = np.zeros((0, 0), dtype=F32)
         self.stationary_t = np.zeros((0, 0), dtype=F32)  # its transpose [M, K], C-contiguous
         self.act_acc = np.zeros((partitions, 1), dtype=F32)
+        # scratch arrays by (shape, dtype), shared by the instructions that need one for the duration of
+        # their run (instructions run one at a time): one buffer instead of one per instruction
+        self.scratch: dict[tuple[tuple[int, ...], str], np.ndarray] = {}
+
+    def buffer(self, shape: tuple[int, ...], dtype: type = F32) -> np.ndarray:
+        """A scratch array of ``shape`` and ``dtype``, shared with every other caller asking for the same."""
+        key = (shape, np.dtype(dtype).str)
+        array = self.scratch.get(key)
+        if array is None:
+            array = self.scratch[key] = np.empty(shape, dtype=dtype)
+        return array
 
 
 @dataclass
@@ -125,7 +136,7 @@ def _multiply_moving(ctx: Ctx) -> Runner:
     m, n = dst.shape[0], _flat(src).shape[1]
     k = src.shape[0]
     step = max(1, BLAS_CHUNK_MACS // max(1, k * m))
-    product = np.empty((m, n), dtype=F32)
+    product = state.buffer((m, n))
     # The chunks of ``step`` columns as one stacked matmul: numpy makes the same BLAS call per
     # chunk as a loop would (same shapes and strides, so the same bits), without the loop.
     whole = n - n % step
