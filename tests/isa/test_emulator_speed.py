@@ -4,7 +4,9 @@ existed (tests/isa/emulator_fingerprint.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -68,3 +70,89 @@ def test_checks_level_is_validated():
         run_program(prog, inputs(prog), checks="some")
     with pytest.raises(InputError, match="check=True"):
         run_program(prog, inputs(prog), check=True, checks="off")
+
+
+# programs with control flow ------------------------------------------------------------------------------------
+
+def _loop_program(trips: int):
+    """DVE adds 1 to a tile `trips` times in a counted loop (tests/isa/test_control.py's shape)."""
+    from isa.asm import parse_program
+    return parse_program(
+        ".target trn1\n.tensor in0 input f32 [4,8]\n.tensor out0 output f32 [4,8]\n"
+        "sp.dma dst=sbuf[0:4]@0[1,8]:f32 src=hbm:in0@0[8,4][1,8]:f32 queue=0 signal(s5)\n"
+        f"dve.reg_set reg=0 value={trips}\n"
+        "top: dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=add scalar=1.0 wait(s5>=1)\n"
+        "dve.loop reg=0 target=\"top\"\n"
+        "dve.nop signal(s2)\n"
+        "sp.dma dst=hbm:out0@0[8,4][1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 queue=0 wait(s2>=1)\n")
+
+
+def test_loops_without_data_dependent_branches_are_replayed(monkeypatch):
+    import isa.emulator as emulator_module
+    prog = _loop_program(50)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    emulator = Emulator(prog, checks="off")
+    first = emulator.run({"in0": x})
+    assert not emulator.data_dependent and first.profile.instruction_counts["dve.tensor_scalar"] == 50
+
+    def no_scheduling(*args, **kwargs):
+        raise AssertionError("a replayable program was scheduled again")
+
+    monkeypatch.setattr(emulator_module, "ControlScheduler", no_scheduling)
+    again = emulator.run({"in0": -x})  # replayed: other data, same order
+    np.testing.assert_array_equal(again.outputs["out0"], -x + 50)
+    assert again.profile.time_us == first.profile.time_us
+    assert fingerprint(again.outputs, again.profile)["timeline"] == fingerprint(first.outputs, first.profile)["timeline"]
+    # the full checks still schedule every run (the race detector watches the schedule)
+    monkeypatch.undo()
+    checked = Emulator(prog, checks="full")
+    checked.run({"in0": x})
+    monkeypatch.setattr(emulator_module, "ControlScheduler", no_scheduling)
+    with pytest.raises(AssertionError, match="scheduled again"):
+        checked.run({"in0": x})
+
+
+def test_programs_branching_on_data_are_scheduled_every_run():
+    from isa.asm import parse_program
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    prog = parse_program(
+        ".target trn1\n.tensor in0 input f32 [4,8]\n.tensor flag input f32 [1,1]\n.tensor out0 output f32 [4,8]\n"
+        "sp.dma dst=sbuf[0:4]@0[1,8]:f32 src=hbm:in0@0[8,4][1,8]:f32 queue=0 signal(s5)\n"
+        "sp.dma dst=sbuf[0:1]@64[1,1]:f32 src=hbm:flag@0[1,1][1,1]:f32 queue=1 signal(s6)\n"
+        "dve.reg_load src=sbuf[0:1]@64[1,1]:f32 reg=3 wait(s6>=1)\n"
+        "dve.branch reg=3 cmp=is_gt imm=0 target=\"positive\"\n"
+        "dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=multiply scalar=-1.0 wait(s5>=1)\n"
+        "dve.jump target=\"done\"\n"
+        "positive: dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=add scalar=10.0 "
+        "wait(s5>=1)\n"
+        "done: dve.nop signal(s2)\n"
+        "sp.dma dst=hbm:out0@0[8,4][1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 queue=0 wait(s2>=1)\n")
+    emulator = Emulator(prog, checks="off")
+    assert emulator.data_dependent
+    np.testing.assert_array_equal(emulator.run({"in0": x, "flag": np.full((1, 1), 2.0, np.float32)}).outputs["out0"],
+                                  x + 10)
+    np.testing.assert_array_equal(emulator.run({"in0": x, "flag": np.full((1, 1), -2.0, np.float32)}).outputs["out0"],
+                                  -x)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_of_a_loop_never_passes_its_total(monkeypatch):
+    import isa.emulator as emulator_module
+    fake = _Tty()
+    monkeypatch.setattr("sys.stderr", fake)
+    monkeypatch.setattr(emulator_module.ProgressBar.__init__, "__defaults__", (0.0,))
+    x = np.zeros((4, 8), np.float32)
+    emulator = Emulator(_loop_program(3000), checks="off")
+    emulator.run({"in0": x}, progress=True)  # scheduled: the count is not known before the end
+    scheduled = fake.getvalue()
+    assert "instructions (with loops)" in scheduled and "/" not in scheduled.replace("/s", "")
+    emulator.run({"in0": x}, progress=True)  # replayed: the count is known
+    fractions = re.findall(r"(\d+)/(\d+) instructions", fake.getvalue()[len(scheduled):])
+    assert fractions and all(int(done) <= int(total) for done, total in fractions)
+    bar = emulator_module.ProgressBar(delay_s=0.0)
+    bar(2048, 1024)  # never more than the whole bar
+    assert "#" * 41 not in fake.getvalue()
