@@ -243,11 +243,33 @@ def _int_alu(ctx: Ctx) -> Runner:
     return lambda: store(dst, fn1(fn0(read_int(src), scalar0(), bits, signed), scalar1(), bits, signed))
 
 
+# fp32 ALU ops whose every result is the correctly rounded one (IEEE basic operations): the same bits whatever
+# loop numpy runs them in, so they may run on the operands' views (strided, broadcast) with no fp32 copies
+EXACT_F32 = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide}
+
+
+def _same_f32_views(*views: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """The views as arrays of one shape, without copies, when all are fp32 ([P, F] if their shapes differ);
+    None otherwise."""
+    if any(v.dtype != F32 for v in views):
+        return None
+    if all(v.shape == views[0].shape for v in views):
+        return views
+    flat = tuple(_view_2d(v, v.shape[0], v.size // max(1, v.shape[0])) for v in views)
+    if any(f is None for f in flat) or any(f.shape != flat[0].shape for f in flat):
+        return None
+    return flat
+
+
 def _tensor_tensor(ctx: Ctx) -> Runner:
     if ctx.integer_mode():
         return _int_alu(ctx)
     dst, a, b = ctx.views["dst"], ctx.views["a"], ctx.views["b"]
     op = ctx.attr("op")
+    direct = _same_f32_views(dst, a, b) if op in EXACT_F32 else None
+    if direct is not None:
+        exact, (d, x, y) = EXACT_F32[op], direct
+        return lambda: exact(x, y, out=d)
     fn, read, store = ALU[op][1], _alu_reader(op), ctx.store()
     return lambda: store(dst, fn(read(a), read(b)))
 
@@ -262,9 +284,43 @@ def _scalar_operand(ctx: Ctx, op: str, attr: str, vector: str) -> Callable[[], n
     return lambda: value
 
 
+def _exact_immediate(ctx: Ctx, op: str, attr: str, vector: str) -> np.float32 | None:
+    """The stage's fp32 immediate when the stage may run on views (EXACT_F32, not NaN: a NaN operand's payload
+    could depend on the loop), else None."""
+    if op not in EXACT_F32 or vector in ctx.views:
+        return None
+    value = F32(ctx.attr(attr))
+    return None if np.isnan(value) else value
+
+
+def _tensor_scalar_direct(ctx: Ctx) -> Runner | None:
+    """fp32 tensor_scalar of exact stages with immediates, on the views (see EXACT_F32), or None."""
+    dst, src = ctx.views["dst"], ctx.views["src"]
+    op0, op1 = str(ctx.attr("op")), str(ctx.attr("op1"))
+    direct = _same_f32_views(dst, src)
+    scalar0 = _exact_immediate(ctx, op0, "scalar", "scalar_vec")
+    if direct is None or scalar0 is None:
+        return None
+    (d, x), fn0 = direct, EXACT_F32[op0]
+    if op1 == NO_OP:
+        return lambda: fn0(x, scalar0, out=d)
+    scalar1 = _exact_immediate(ctx, op1, "scalar1", "scalar1_vec")
+    if scalar1 is None:
+        return None
+    fn1, tmp = EXACT_F32[op1], ctx.state.buffer(d.shape)
+
+    def run() -> None:
+        fn1(fn0(x, scalar0, out=tmp), scalar1, out=d)
+
+    return run
+
+
 def _tensor_scalar(ctx: Ctx) -> Runner:
     if ctx.integer_mode():
         return _int_alu(ctx)
+    direct = _tensor_scalar_direct(ctx)
+    if direct is not None:
+        return direct
     dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
     op0, op1 = ctx.attr("op"), ctx.attr("op1")
     fn0, read = ALU[op0][1], _alu_reader(op0)

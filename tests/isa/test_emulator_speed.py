@@ -157,3 +157,48 @@ def test_progress_of_a_loop_never_passes_its_total(monkeypatch):
     bar = emulator_module.ProgressBar(delay_s=0.0)
     bar(2048, 1024)  # never more than the whole bar
     assert "#" * 41 not in fake.getvalue()
+
+
+def _special_f32(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal values mixed with NaNs of random sign and payload, infinities, zeros of both signs, subnormals."""
+    n = int(np.prod(shape))
+    nans = (rng.integers(0, 1 << 22, n, dtype=np.uint32) | np.uint32(0x7F800001)
+            | (rng.integers(0, 2, n, dtype=np.uint32) << np.uint32(31))).view(np.float32)
+    specials = np.array([np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-39, 3.4e38], np.float32)
+    values = rng.standard_normal(n).astype(np.float32)
+    pick = rng.random(n)
+    values = np.where(pick < 0.3, nans, values)
+    values = np.where((pick >= 0.3) & (pick < 0.45), specials[rng.integers(0, len(specials), n)], values)
+    return values.reshape(shape)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide"])
+def test_exact_fp32_ops_on_views_give_the_bits_of_the_fp32_copies(op):
+    """tensor_tensor / tensor_scalar of EXACT_F32 ops run on strided and broadcast views: the same bits (NaN
+    payloads and signs included) as computing on contiguous fp32 copies and storing."""
+    from isa.emulator.kernels import EXACT_F32, Ctx, EngineState, _tensor_scalar, _tensor_tensor
+    from isa.emulator.numerics import ALU, make_store, read_f32
+    from isa.program import Instruction
+    rng = np.random.default_rng(7)
+    base = _special_f32(rng, (8, 6, 40))
+    a = base[:, :, ::2]  # strided
+    b = np.broadcast_to(_special_f32(rng, (8, 6, 1)), (8, 6, 20))  # broadcast along the free dims
+    c = np.broadcast_to(_special_f32(rng, (8, 1, 20)), (8, 6, 20))
+    store = make_store("f32")
+    for x, y in ((a, b), (b, c), (c, a)):
+        expected = np.empty((8, 6, 20), np.float32)
+        store(expected, ALU[op][1](read_f32(x), read_f32(y)))
+        dst = np.zeros((8, 6, 40), np.float32)[:, :, 1::2]
+        inst = Instruction("dve", "tensor_tensor", {}, {"op": op})
+        run = _tensor_tensor(Ctx(inst, {"dst": dst, "a": x, "b": y}, EngineState(8)))
+        assert op in EXACT_F32
+        run()
+        np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
+    for s0, s1 in ((1.5, -0.0), (-3.0, 1e-45), (np.inf, 2.0)):
+        expected = np.empty((8, 6, 20), np.float32)
+        store(expected, np.subtract(ALU[op][1](read_f32(a), np.float32(s0)), np.float32(s1)))
+        dst = np.zeros((8, 6, 20), np.float32)
+        inst = Instruction("pool", "tensor_scalar", {}, {"op": op, "scalar": s0, "op1": "subtract", "scalar1": s1})
+        _tensor_scalar(Ctx(inst, {"dst": dst, "src": a}, EngineState(8)))()
+        np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
