@@ -54,8 +54,17 @@ class Op:
     resolve: Callable[[], list[tuple[AccessPattern, bool]]] | None = None
 
 
-def _structure(index: int, inst: Instruction) -> OpcodeSpec:
-    """The structural checks kept when the machine rules are off: engine, opcode, operands."""
+def _structure(index: int, inst: Instruction, known: dict[tuple, OpcodeSpec]) -> OpcodeSpec:
+    """The structural checks kept when the machine rules are off: engine, opcode, operands (``known``: the
+    (engine, opcode, operand names) already found valid)."""
+    key = (inst.engine, inst.opcode, tuple(inst.operands))
+    spec = known.get(key)
+    if spec is None:
+        spec = known[key] = _check_structure(index, inst)
+    return spec
+
+
+def _check_structure(index: int, inst: Instruction) -> OpcodeSpec:
     spec = OPCODES.get(inst.opcode)
     if inst.engine not in ENGINES or spec is None:
         raise ProgramError(f"{describe(index, inst)}: unknown engine or opcode")
@@ -78,9 +87,10 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
                                          for name, spec in OPCODES.items()}
     known, make_view = memory.views, memory.make_view  # one view per distinct pattern
+    structures: dict[tuple, OpcodeSpec] = {}
     ops: list[Op] = []
     for index, inst in enumerate(program.instructions):
-        spec = checker.check(index, inst) if checker else _structure(index, inst)
+        spec = checker.check(index, inst) if checker else _structure(index, inst, structures)
         operands = inst.operands
         kinds = access[inst.opcode]
         side = indirect_side(inst.opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
