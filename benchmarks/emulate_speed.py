@@ -3,12 +3,14 @@
     .venv/bin/python benchmarks/emulate_speed.py gpt2.neff --model benchmarks/hf_gpt2_small.py
     .venv/bin/python benchmarks/emulate_speed.py gpt2.neff --checks rules --runs 5
 
-Prints, in seconds: loading the .neff, decoding (rule checks per --checks, views, numerics
-closures), the first run (scheduled: timing, semaphores, DMA queues, numerics), the median of the
-later runs (replayed numerics, see isa.emulator.Emulator), instructions per second of both, and
-with --model the median of torch eager forward passes (after a warm-up) and the ratios. Inputs are
-the model file's example inputs when --model is given (so the error against eager is printed too),
-else random ones.
+Prints, in seconds of wall time and of CPU time (time.process_time; the figure to compare on a busy
+machine): loading the .neff, decoding (rule checks per --checks, views, numerics closures), the
+first run (scheduled: timing, semaphores, DMA queues, numerics), the median of the later runs
+(replayed numerics, see isa.emulator.Emulator), instructions per second of both, and with --model
+the median of torch eager forward passes (after a warm-up; torch's threads: --threads, default
+torch's own) and the ratios. Inputs are the model file's example inputs when --model is given (so
+the error against eager is printed too), else random ones. The emulator computes on one thread
+(its BLAS calls are sized for that): `--threads 1` compares it with torch on one thread.
 """
 
 from __future__ import annotations
@@ -30,10 +32,29 @@ from isa.emulator import CHECKS, Emulator, run_program  # noqa: E402
 from isa.neff import load  # noqa: E402
 
 
+class Timed(float):
+    """Wall seconds (the float) with the CPU seconds of the same interval in ``.cpu``."""
+
+    cpu: float
+
+
 def _clock(fn):
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     value = fn()
-    return time.perf_counter() - start, value
+    timed = Timed(time.perf_counter() - start)
+    timed.cpu = time.process_time() - cpu
+    return timed, value
+
+
+def _median(values: list[Timed]) -> Timed:
+    timed = Timed(statistics.median(values))
+    timed.cpu = statistics.median(v.cpu for v in values)
+    return timed
+
+
+def _row(name: str, t: Timed, n: int | None = None, note: str = "") -> str:
+    rate = f"  {n / t:12,.0f} /s wall  {n / t.cpu:12,.0f} /s CPU instructions {note}" if n else ""
+    return f"{name:<18}{t:8.3f} s wall {t.cpu:8.3f} s CPU{rate}"
 
 
 def _only(args: argparse.Namespace) -> int:
@@ -55,11 +76,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", help="the model file the .neff was compiled from (get_model())")
     parser.add_argument("--checks", choices=CHECKS, default="off")
     parser.add_argument("--runs", type=int, default=3, help="runs after the first (default 3)")
+    parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's)")
     parser.add_argument("--only", choices=("setup", "emulate", "eager"),
                         help="for timing whole processes side by side (needs --model): build the model, "
                              "then nothing more (setup), load and emulate once with run_program (emulate), "
                              "or run one eager forward pass (eager); emulation = emulate - setup")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.only:
         return _only(args)
 
@@ -85,21 +109,27 @@ def main(argv: list[str] | None = None) -> int:
     n = len(emulator.ops)
     t_first, result = _clock(lambda: emulator.run(feeds))
     later = [_clock(lambda: emulator.run(feeds))[0] for _ in range(args.runs)]
-    t_later = statistics.median(later) if later else float("nan")
+    t_later = _median(later) if later else Timed(float("nan"))
+    if not later:
+        t_later.cpu = float("nan")
+    both = Timed(t_decode + t_first)
+    both.cpu = t_decode.cpu + t_first.cpu
     print(f"{args.neff}: {n} instructions, checks {args.checks}")
-    print(f"load .neff        {t_load:8.3f} s")
-    print(f"decode            {t_decode:8.3f} s")
-    print(f"first run         {t_first:8.3f} s  {n / t_first:12,.0f} instructions/s (scheduled)")
-    print(f"later runs (med.) {t_later:8.3f} s  {n / t_later:12,.0f} instructions/s (replayed)")
-    print(f"decode + first    {t_decode + t_first:8.3f} s  {n / (t_decode + t_first):12,.0f} instructions/s")
+    print(_row("load .neff", t_load))
+    print(_row("decode", t_decode))
+    print(_row("first run", t_first, n, "(scheduled)"))
+    print(_row("later runs (med.)", t_later, n, "(replayed)"))
+    print(_row("decode + first", both, n))
     if eager:
-        t_eager = statistics.median(eager)
+        t_eager = _median(eager)
         out = next(iter(result.outputs.values()))
         ref = reference.detach().numpy()
         err = float(np.max(np.abs(out.reshape(ref.shape) - ref)) / max(np.max(np.abs(ref)), 1e-30))
-        print(f"torch eager (med.) {t_eager:7.3f} s")
-        print(f"ratios: later/eager {t_later / t_eager:.2f}x, (decode + first)/eager "
-              f"{(t_decode + t_first) / t_eager:.2f}x; max rel err vs eager {err:.2e}")
+        print(_row("torch eager (med.)", t_eager) + f"  ({torch.get_num_threads()} threads)")
+        for clock, pick in (("wall", float), ("CPU", lambda t: t.cpu)):
+            print(f"ratios ({clock}): later/eager {pick(t_later) / pick(t_eager):.2f}x, (decode + first)/eager "
+                  f"{pick(both) / pick(t_eager):.2f}x")
+        print(f"max rel err vs eager {err:.2e}")
     return 0
 
 

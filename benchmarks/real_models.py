@@ -11,8 +11,13 @@ file (isa/targets/trn1.json: PE clock x 128 x 128 MACs, fp32 at 1/fp32_factor of
 Compulsory bytes are the program's inputs and outputs and the model's weights in their compute dtype (matmul and
 convolution weights in bf16 under `--auto-cast matmult`), each moved once, except that an embedding table counts
 only the rows gathered (unless it is also a matmul weight, tied).
-FLOPs are torch's count (torch.utils.flop_counter) of the eager model. Emulate s is the emulator's wall time,
-eager s torch's (CPU, fp32). A model that fails is reported with its error and the table goes on.
+FLOPs are torch's count (torch.utils.flop_counter) of the eager model. Emulate s is the emulator's wall time of
+the first run (decode and a scheduled run, as `exe.run` costs once per process), replay s the median of two later
+runs (the decoded program replayed), eager s torch's median of three forward passes (CPU, fp32, after a warm-up;
+torch's default threads unless OMP_NUM_THREADS/`--threads` say otherwise), emu/eager the two ratios
+(first and replayed), in wall time and in CPU time (time.process_time: the fair figure on a busy machine,
+where --threads 1 puts torch on one thread as the emulator is), with their geometric means under the table.
+A model that fails is reported with its error and the table goes on.
 """
 
 from __future__ import annotations
@@ -56,6 +61,9 @@ class Run:
     bound: str = ""
     bound_us: float = float("nan")
     emulate_s: float = float("nan")
+    replay_s: float = float("nan")
+    emulate_cpu: float = float("nan")  # CPU seconds (time.process_time) of the same runs
+    replay_cpu: float = float("nan")
 
 
 @dataclass
@@ -64,6 +72,7 @@ class Row:
     params_m: float = float("nan")
     gflop: float = float("nan")
     eager_s: float = float("nan")
+    eager_cpu: float = float("nan")
     runs: dict[str, Run] = field(default_factory=dict)
 
 
@@ -146,9 +155,15 @@ def run_once(model: torch.nn.Module, args: tuple, kwargs: dict, cast: str, expec
         start = time.perf_counter()
         exe = compiler.compile(model, args, example_kwargs=kwargs, auto_cast=cast, cache=False, quiet=True)
         run.compile_s = time.perf_counter() - start
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         outputs, prof = exe.run_with_profile(*args, **kwargs)
-        run.emulate_s = time.perf_counter() - start
+        run.emulate_s, run.emulate_cpu = time.perf_counter() - start, time.process_time() - cpu
+        replays = []
+        for _ in range(2):
+            start, cpu = time.perf_counter(), time.process_time()
+            exe.run(*args, **kwargs)
+            replays.append((time.perf_counter() - start, time.process_time() - cpu))
+        run.replay_s, run.replay_cpu = (float(np.median(column)) for column in zip(*replays, strict=True))
         run.rel_err = rel_error([np.asarray(r, dtype=np.float32) for r in outputs], expected)
         run.sim_us, run.mfu = prof.time_us, prof.mfu
         peak = target.pe_peak_flops_bf16  # FLOP/s
@@ -177,9 +192,12 @@ def bench(name: str, casts: tuple[str, ...], target: Any) -> Row:
     row.params_m = sum(p.numel() for p in model.parameters()) / 1e6
     with torch.no_grad():
         model(*args, **kwargs)  # warm-up
-        start = time.perf_counter()
-        out = model(*args, **kwargs)
-        row.eager_s = time.perf_counter() - start
+        times = []
+        for _ in range(3):
+            start, cpu = time.perf_counter(), time.process_time()
+            out = model(*args, **kwargs)
+            times.append((time.perf_counter() - start, time.process_time() - cpu))
+        row.eager_s, row.eager_cpu = (float(np.median(column)) for column in zip(*times, strict=True))
         counter = FlopCounterMode(display=False)
         with counter:
             model(*args, **kwargs)
@@ -201,7 +219,8 @@ def table(rows: list[Row], casts: tuple[str, ...]) -> str:
     for cast in casts:
         tag = "fp32" if cast == "none" else cast
         head += [f"compile s ({tag})", f"rel err ({tag})", f"sim us ({tag})", f"MFU ({tag})",
-                 f"sim/bound ({tag})", f"emulate s ({tag})"]
+                 f"sim/bound ({tag})", f"emulate s ({tag})", f"replay s ({tag})", f"emu/eager first, replay ({tag})",
+                 f"CPU: emu/eager first, replay ({tag})"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     notes = []
     for r in rows:
@@ -211,11 +230,27 @@ def table(rows: list[Row], casts: tuple[str, ...]) -> str:
             bound = f"{_f(run.sim_over_bound, '.2f')} ({run.bound})" if run.bound else "-"
             cells += [_f(run.compile_s, ".1f"), _f(run.rel_err, ".1e"), _f(run.sim_us, ".0f"),
                       _f(run.mfu * 100, ".1f") + ("%" if run.mfu == run.mfu else ""), bound,
-                      _f(run.emulate_s, ".1f")]
+                      _f(run.emulate_s, ".1f"), _f(run.replay_s, ".2f"),
+                      f"{_f(run.emulate_s / r.eager_s, '.1f')}x, {_f(run.replay_s / r.eager_s, '.1f')}x",
+                      f"{_f(run.emulate_cpu / r.eager_cpu, '.1f')}x, {_f(run.replay_cpu / r.eager_cpu, '.1f')}x"]
             if run.status != "ok":
                 notes.append(f"- {r.model} ({'fp32' if cast == 'none' else cast}): {run.status}")
         lines.append("| " + " | ".join(cells) + " |")
+    for cast in casts:
+        ok = [(r, r.runs[cast]) for r in rows if cast in r.runs and r.runs[cast].status == "ok"]
+        if ok:
+            wall = [geomean([run.emulate_s / r.eager_s for r, run in ok]),
+                    geomean([run.replay_s / r.eager_s for r, run in ok])]
+            cpu = [geomean([run.emulate_cpu / r.eager_cpu for r, run in ok]),
+                   geomean([run.replay_cpu / r.eager_cpu for r, run in ok])]
+            notes.insert(0, f"emulation / eager ({'fp32' if cast == 'none' else cast}), geometric mean over "
+                            f"{len(ok)} models: wall: first run {wall[0]:.2f}x, replayed {wall[1]:.2f}x; "
+                            f"CPU: first run {cpu[0]:.2f}x, replayed {cpu[1]:.2f}x")
     return "\n".join(lines + ([""] + notes if notes else []))
+
+
+def geomean(values: list[float]) -> float:
+    return float(np.exp(np.mean(np.log(values))))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -224,7 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--depth", type=int, default=None, help="layers (blocks per stage) instead of the full depth")
     parser.add_argument("--casts", nargs="+", default=list(CASTS), choices=CASTS)
     parser.add_argument("--target", default="trn1")
+    parser.add_argument("--threads", type=int, default=None, help="torch's intra-op threads (default: torch's)")
     opts = parser.parse_args(argv)
+    if opts.threads:
+        torch.set_num_threads(opts.threads)
     if opts.depth is not None:
         os.environ["NEURONC_EXAMPLE_LAYERS"] = str(opts.depth)
     target = load_target(opts.target)

@@ -45,15 +45,20 @@ class ProgressBar:
         self.delay_s = delay_s
         self.shown = False
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int | None) -> None:
+        """``done`` of ``total`` instructions executed; ``total=None`` when it is not known before the run
+        ends (loops and branches): the count and rate without a bar."""
         elapsed = time.monotonic() - self.t0
         if elapsed < self.delay_s:
             return
-        width = 40
-        filled = int(width * done / max(total, 1))
         rate = done / elapsed
-        sys.stderr.write(f"\remulating [{'#' * filled}{'.' * (width - filled)}] "
-                         f"{done}/{total} instructions, {rate:,.0f}/s")
+        if total is None:
+            sys.stderr.write(f"\remulating {done} instructions (with loops), {rate:,.0f}/s")
+        else:
+            width = 40
+            filled = min(width, int(width * done / max(total, 1)))
+            sys.stderr.write(f"\remulating [{'#' * filled}{'.' * (width - filled)}] "
+                             f"{done}/{total} instructions, {rate:,.0f}/s")
         sys.stderr.flush()
         self.shown = True
 
@@ -76,6 +81,9 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+# control opcodes that read data (SBUF) into the control state: a program using one is scheduled on every run
+DATA_CONTROL = frozenset({"reg_load"})
+
 CHECKS = ("off", "rules", "full")  # --checks: none / machine rules at decode / + races, uninitialized reads
 
 
@@ -94,6 +102,8 @@ def _reset_state(state: EngineState, partitions: int) -> None:
     """Put the engine state back to a fresh one's, in place (decoded closures hold its arrays)."""
     fresh = EngineState(partitions)
     for name, value in vars(fresh).items():
+        if name == "scratch":  # no state: contents live for one instruction
+            continue
         mine = getattr(state, name)
         if isinstance(value, np.ndarray) and isinstance(mine, np.ndarray) and mine.shape == value.shape:
             mine[...] = value
@@ -121,8 +131,10 @@ class Emulator:
             self.state = EngineState(self.target.partitions)
             self.ops = decode_program(program, self.target, self.memory, rules=self.checks != "off",
                                       state=self.state)
-        # control flow (branches, loops): checked statically; every run is scheduled (branches may read data)
+        # control flow (branches, loops): checked statically. Its timing and order depend on data only through
+        # reg_load (a register read from SBUF); without one, later runs replay the first like straight-line code
         self.labels = check_control(program, self.target) if has_control(program) else None
+        self.data_dependent = self.labels is not None and any(op.opcode in DATA_CONTROL for op in self.ops)
         self.replay: list[Callable[[], None]] | None = None  # numerics in the order they ran
         self.profile: Profile | None = None
 
@@ -137,7 +149,7 @@ class Emulator:
             bar = ProgressBar() if progress and sys.stderr.isatty() else None
             try:
                 with np.errstate(all="ignore"):
-                    if self.replay is None or self.checks == "full" or self.labels is not None:
+                    if self.replay is None or self.checks == "full" or self.data_dependent:
                         self._schedule(bar)
                     else:
                         _replay(self.replay, bar)
@@ -151,7 +163,9 @@ class Emulator:
     def _schedule(self, bar: ProgressBar | None) -> None:
         observer = Checker(self.program, self.target, self.memory) if self.checks == "full" else None
         if self.labels is not None:
-            control = ControlScheduler(self.ops, self.target, self.memory, self.labels, observer, bar)
+            # how many instructions a run with loops executes is known only at its end: no fraction shown
+            progress = (lambda done, _total: bar(done, None)) if bar else None
+            control = ControlScheduler(self.ops, self.target, self.memory, self.labels, observer, progress)
             timeline = control.run()
             self.profile = build_profile(self.program, self.target, control.dynamic, timeline)
             self.replay = control.executed

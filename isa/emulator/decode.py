@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from isa.dtypes import DTYPES
 from isa.emulator.indirect import IndirectTransfer, indirect_effective_bytes
 from isa.emulator.kernels import BUILDERS, Ctx, EngineState, Runner
@@ -52,8 +54,17 @@ class Op:
     resolve: Callable[[], list[tuple[AccessPattern, bool]]] | None = None
 
 
-def _structure(index: int, inst: Instruction) -> OpcodeSpec:
-    """The structural checks kept when the machine rules are off: engine, opcode, operands."""
+def _structure(index: int, inst: Instruction, known: dict[tuple, OpcodeSpec]) -> OpcodeSpec:
+    """The structural checks kept when the machine rules are off: engine, opcode, operands (``known``: the
+    (engine, opcode, operand names) already found valid)."""
+    key = (inst.engine, inst.opcode, tuple(inst.operands))
+    spec = known.get(key)
+    if spec is None:
+        spec = known[key] = _check_structure(index, inst)
+    return spec
+
+
+def _check_structure(index: int, inst: Instruction) -> OpcodeSpec:
     spec = OPCODES.get(inst.opcode)
     if inst.engine not in ENGINES or spec is None:
         raise ProgramError(f"{describe(index, inst)}: unknown engine or opcode")
@@ -75,17 +86,29 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     previous: dict[str, Instruction] = {}  # the last instruction of each engine so far
     access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
                                          for name, spec in OPCODES.items()}
-    view = memory.view
+    known, make_view = memory.views, memory.make_view  # one view per distinct pattern
+    structures: dict[tuple, OpcodeSpec] = {}
     ops: list[Op] = []
     for index, inst in enumerate(program.instructions):
-        spec = checker.check(index, inst) if checker else _structure(index, inst)
+        spec = checker.check(index, inst) if checker else _structure(index, inst, structures)
         operands = inst.operands
         kinds = access[inst.opcode]
         side = indirect_side(inst.opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
-        views = {name: view(ap) for name, ap in operands.items() if name != side}
         moved = ("dst", "src") if side else ()  # dma_indirect: its rows come from resolve() at transfer time
-        reads = tuple(ap for name, ap in operands.items() if kinds[name] == "r" and name not in moved)
-        writes = tuple(ap for name, ap in operands.items() if kinds[name] == "w" and name not in moved)
+        views: dict[str, np.ndarray] = {}
+        read_aps: list[AccessPattern] = []
+        write_aps: list[AccessPattern] = []
+        for name, ap in operands.items():
+            if name != side:
+                array = known.get(ap)
+                views[name] = array if array is not None else make_view(ap)
+            if name not in moved:
+                kind = kinds[name]
+                if kind == "r":
+                    read_aps.append(ap)
+                elif kind == "w":
+                    write_aps.append(ap)
+        reads, writes = tuple(read_aps), tuple(write_aps)
         duration = COSTS[spec.cost](target, inst) + dependent_extra(target, inst, previous.get(inst.engine))
         previous[inst.engine] = inst
         indirect = IndirectTransfer(inst, memory, views, describe(index, inst)) if side else None

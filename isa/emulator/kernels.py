@@ -44,6 +44,17 @@ class EngineState:
         self.stationary = np.zeros((0, 0), dtype=F32)
         self.stationary_t = np.zeros((0, 0), dtype=F32)  # its transpose [M, K], C-contiguous
         self.act_acc = np.zeros((partitions, 1), dtype=F32)
+        # scratch arrays by (shape, dtype), shared by the instructions that need one for the duration of
+        # their run (instructions run one at a time): one buffer instead of one per instruction
+        self.scratch: dict[tuple[tuple[int, ...], str], np.ndarray] = {}
+
+    def buffer(self, shape: tuple[int, ...], dtype: type = F32) -> np.ndarray:
+        """A scratch array of ``shape`` and ``dtype``, shared with every other caller asking for the same."""
+        key = (shape, np.dtype(dtype).str)
+        array = self.scratch.get(key)
+        if array is None:
+            array = self.scratch[key] = np.empty(shape, dtype=dtype)
+        return array
 
 
 @dataclass
@@ -125,7 +136,7 @@ def _multiply_moving(ctx: Ctx) -> Runner:
     m, n = dst.shape[0], _flat(src).shape[1]
     k = src.shape[0]
     step = max(1, BLAS_CHUNK_MACS // max(1, k * m))
-    product = np.empty((m, n), dtype=F32)
+    product = state.buffer((m, n))
     # The chunks of ``step`` columns as one stacked matmul: numpy makes the same BLAS call per
     # chunk as a loop would (same shapes and strides, so the same bits), without the loop.
     whole = n - n % step
@@ -232,11 +243,33 @@ def _int_alu(ctx: Ctx) -> Runner:
     return lambda: store(dst, fn1(fn0(read_int(src), scalar0(), bits, signed), scalar1(), bits, signed))
 
 
+# fp32 ALU ops whose every result is the correctly rounded one (IEEE basic operations): the same bits whatever
+# loop numpy runs them in, so they may run on the operands' views (strided, broadcast) with no fp32 copies
+EXACT_F32 = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide}
+
+
+def _same_f32_views(*views: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """The views as arrays of one shape, without copies, when all are fp32 ([P, F] if their shapes differ);
+    None otherwise."""
+    if any(v.dtype != F32 for v in views):
+        return None
+    if all(v.shape == views[0].shape for v in views):
+        return views
+    flat = tuple(_view_2d(v, v.shape[0], v.size // max(1, v.shape[0])) for v in views)
+    if any(f is None for f in flat) or any(f.shape != flat[0].shape for f in flat):
+        return None
+    return flat
+
+
 def _tensor_tensor(ctx: Ctx) -> Runner:
     if ctx.integer_mode():
         return _int_alu(ctx)
     dst, a, b = ctx.views["dst"], ctx.views["a"], ctx.views["b"]
     op = ctx.attr("op")
+    direct = _same_f32_views(dst, a, b) if op in EXACT_F32 else None
+    if direct is not None:
+        exact, (d, x, y) = EXACT_F32[op], direct
+        return lambda: exact(x, y, out=d)
     fn, read, store = ALU[op][1], _alu_reader(op), ctx.store()
     return lambda: store(dst, fn(read(a), read(b)))
 
@@ -251,9 +284,43 @@ def _scalar_operand(ctx: Ctx, op: str, attr: str, vector: str) -> Callable[[], n
     return lambda: value
 
 
+def _exact_immediate(ctx: Ctx, op: str, attr: str, vector: str) -> np.float32 | None:
+    """The stage's fp32 immediate when the stage may run on views (EXACT_F32, not NaN: a NaN operand's payload
+    could depend on the loop), else None."""
+    if op not in EXACT_F32 or vector in ctx.views:
+        return None
+    value = F32(ctx.attr(attr))
+    return None if np.isnan(value) else value
+
+
+def _tensor_scalar_direct(ctx: Ctx) -> Runner | None:
+    """fp32 tensor_scalar of exact stages with immediates, on the views (see EXACT_F32), or None."""
+    dst, src = ctx.views["dst"], ctx.views["src"]
+    op0, op1 = str(ctx.attr("op")), str(ctx.attr("op1"))
+    direct = _same_f32_views(dst, src)
+    scalar0 = _exact_immediate(ctx, op0, "scalar", "scalar_vec")
+    if direct is None or scalar0 is None:
+        return None
+    (d, x), fn0 = direct, EXACT_F32[op0]
+    if op1 == NO_OP:
+        return lambda: fn0(x, scalar0, out=d)
+    scalar1 = _exact_immediate(ctx, op1, "scalar1", "scalar1_vec")
+    if scalar1 is None:
+        return None
+    fn1, tmp = EXACT_F32[op1], ctx.state.buffer(d.shape)
+
+    def run() -> None:
+        fn1(fn0(x, scalar0, out=tmp), scalar1, out=d)
+
+    return run
+
+
 def _tensor_scalar(ctx: Ctx) -> Runner:
     if ctx.integer_mode():
         return _int_alu(ctx)
+    direct = _tensor_scalar_direct(ctx)
+    if direct is not None:
+        return direct
     dst, src, store = ctx.views["dst"], ctx.views["src"], ctx.store()
     op0, op1 = ctx.attr("op"), ctx.attr("op1")
     fn0, read = ALU[op0][1], _alu_reader(op0)

@@ -39,6 +39,9 @@ def written_tensors(program: Program) -> frozenset[str]:
     return frozenset(written)
 
 
+_NUMPY_DTYPES: dict[str, np.dtype] = {}  # machine dtype name -> numpy dtype
+
+
 class Memory:
     """The state of SBUF, PSUM and the HBM tensors of one program run."""
 
@@ -88,24 +91,31 @@ class Memory:
         The caller has checked the bounds (see ``isa.emulator.rules``).
         """
         view = self.views.get(ap)
-        if view is None:
-            view = self.views[ap] = self._make_view(ap)
+        return view if view is not None else self.make_view(ap)
+
+    def make_view(self, ap: AccessPattern) -> np.ndarray:
+        """A new view of ``ap`` (see ``view``), remembered for the next ``view(ap)``."""
+        view = self.views[ap] = self._new_view(ap)
         return view
 
-    def _make_view(self, ap: AccessPattern) -> np.ndarray:
-        dt = lookup_dtype(ap.dtype).numpy
+    def _new_view(self, ap: AccessPattern) -> np.ndarray:
+        dt = _NUMPY_DTYPES.get(ap.dtype) or _NUMPY_DTYPES.setdefault(ap.dtype, lookup_dtype(ap.dtype).numpy)
         size = dt.itemsize
-        free_strides = tuple(stride * size for stride, _ in ap.pattern)
+        pattern = ap.pattern
         if ap.memory == "hbm":
             base = self.hbm[ap.tensor]
             offset = ap.offset
-            strides = (ap.partition_stride * size, *free_strides)
+            strides = [ap.partition_stride * size]
         else:
-            base = self.on_chip(ap.memory)
-            offset = ap.start_partition * base.shape[1] + ap.offset
-            strides = (base.shape[1], *free_strides)
-        shape = (ap.partitions, *(count for _, count in ap.pattern))
-        return np.ndarray(shape, dtype=dt, buffer=base, offset=offset, strides=strides)
+            base = self.sbuf if ap.memory == "sbuf" else self.psum
+            row = base.shape[1]
+            offset = ap.start_partition * row + ap.offset
+            strides = [row]
+        shape = [ap.partitions]
+        for stride, count in pattern:
+            strides.append(stride * size)
+            shape.append(count)
+        return np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=offset, strides=tuple(strides))
 
     def load_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Copy the program inputs and constants into their HBM buffers, checking names, shapes, dtypes."""

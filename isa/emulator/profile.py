@@ -42,7 +42,6 @@ class Profile:
     time_us: float
     cycles: float  # PE cycles elapsed
     mfu: float
-    engine_busy: dict[str, float]  # busy fraction of total time per engine and "dma"
     hbm_read_bytes: int
     hbm_write_bytes: int
     peak_sbuf_bytes: int
@@ -50,14 +49,51 @@ class Profile:
     stalls: dict[str, dict[str, float]]  # engine -> releasing engine/queue -> us waited on semaphores
     target: str = ""
     useful_macs: int = 0
-    spans: list[Span] = field(default_factory=list, repr=False)
-    flows: list[Flow] = field(default_factory=list, repr=False)
     queues: int = 16
     origins: dict[str, Origin] = field(default_factory=dict, repr=False)
-    records: Records | None = field(default=None, repr=False)
     pe_flops_per_ns: float = 0.0  # bf16 PE peak (target file)
     hbm_bytes_per_ns: float = 0.0
     _rows: list[OpRow] | None = field(default=None, repr=False, compare=False)
+    # what takes time to build is built when first asked for (busy fractions, by-op records, spans and flows),
+    # from the run's program, ops and timeline: a run whose profile nobody reads does not pay for it
+    _source: tuple[Program, Target, list[Op], Timeline] | None = field(default=None, repr=False, compare=False)
+    _trace: tuple[list[Span], list[Flow]] | None = field(default=None, repr=False, compare=False)
+    _records: Records | None = field(default=None, repr=False, compare=False)
+    _busy: dict[str, float] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def records(self) -> Records | None:
+        """The per-instruction arrays attribution works on (``isa.emulator.attribution.Records``)."""
+        if self._records is None and self._source is not None:
+            self._records = _records(*self._source)
+        return self._records
+
+    @records.setter
+    def records(self, records: Records | None) -> None:
+        self._records, self._busy = records, None
+
+    @property
+    def engine_busy(self) -> dict[str, float]:
+        """Busy fraction of the run's time per engine and for "dma" (any transfer in flight)."""
+        if self._busy is None:
+            records = self.records
+            self._busy = {} if records is None else _engine_busy(records)
+        return self._busy
+
+    @property
+    def spans(self) -> list[Span]:
+        """One span per instruction (its engine track) and per DMA transfer (its queue's track)."""
+        return self._spans_and_flows()[0]
+
+    @property
+    def flows(self) -> list[Flow]:
+        """Semaphore waits: from the span whose increment released the wait to the waiting instruction."""
+        return self._spans_and_flows()[1]
+
+    def _spans_and_flows(self) -> tuple[list[Span], list[Flow]]:
+        if self._trace is None:
+            self._trace = ([], []) if self._source is None else _spans_and_flows(*self._source[2:])
+        return self._trace
 
     def by_op(self) -> list[OpRow]:
         """One row per HLO instruction or fusion that ran (its origin), largest attributed time first;
@@ -144,20 +180,16 @@ def _bytes(n: float) -> str:
     return f"{n}"
 
 
-def build_profile(program: Program, target: Target, ops: list[Op], timeline: Timeline) -> Profile:
-    total_ns = timeline.time_ns
+def _spans_and_flows(ops: list[Op], timeline: Timeline) -> tuple[list[Span], list[Flow]]:
     spans: list[Span] = []
     engine_span: dict[int, Span] = {}
     transfer_span: dict[int, Span] = {}
-    intervals: dict[str, list[tuple[float, float]]] = {e: [] for e in (*ENGINES, "dma")}
     for op in ops:
         start, end = timeline.start[op.index], timeline.end[op.index]
-        intervals[op.engine].append((start, end))
         engine_span[op.index] = Span(op.engine, f"{op.engine}.{op.opcode}", start, end - start, op.index, op.inst)
         spans.append(engine_span[op.index])
         if op.queue >= 0:
             t0, t1 = timeline.transfer_start[op.index], timeline.transfer_end[op.index]
-            intervals["dma"].append((t0, t1))
             transfer_span[op.index] = Span(f"dma.q{op.queue}", "dma", t0, t1 - t0, op.index, op.inst)
             spans.append(transfer_span[op.index])
     flows = []
@@ -167,7 +199,28 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
                 index, by_transfer = timeline.increments[sem][value - 1]  # the increment that released it
                 source = (transfer_span if by_transfer else engine_span)[index]
                 flows.append(Flow(source, engine_span[op.index], sem, value))
-    records = _records(program, target, ops, timeline)
+    return spans, flows
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray) -> float:
+    """``busy_time`` of the intervals [starts[i], ends[i]), vectorized (the same sums in the same order)."""
+    if not len(starts):
+        return 0.0
+    order = np.lexsort((ends, starts))
+    return busy_time(list(zip(starts[order].tolist(), ends[order].tolist(), strict=True)))
+
+
+def _engine_busy(records: Records) -> dict[str, float]:
+    total_ns = records.total_ns
+    busy = {e: _busy(records.start[records.engine == i], records.end[records.engine == i])
+            for i, e in enumerate(ENGINES)}
+    dma = records.queue >= 0
+    busy["dma"] = _busy(records.transfer_start[dma], records.transfer_end[dma])
+    return {e: (v / total_ns if total_ns else 0.0) for e, v in busy.items()}
+
+
+def build_profile(program: Program, target: Target, ops: list[Op], timeline: Timeline) -> Profile:
+    total_ns = timeline.time_ns
     macs = program.meta.get("useful_macs")
     useful = int(macs) if isinstance(macs, int | float) else sum(op.macs for op in ops)
     cycles = total_ns * target.clock_ghz("pe")
@@ -176,7 +229,6 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
         time_us=total_ns / 1000.0,
         cycles=cycles,
         mfu=useful / (PE_ARRAY * cycles) if cycles else 0.0,
-        engine_busy={e: (busy_time(iv) / total_ns if total_ns else 0.0) for e, iv in intervals.items()},
         hbm_read_bytes=sum(op.hbm_read for op in ops),
         hbm_write_bytes=sum(op.hbm_write for op in ops),
         peak_sbuf_bytes=int(peak) if isinstance(peak, int | float) else 0,
@@ -184,13 +236,11 @@ def build_profile(program: Program, target: Target, ops: list[Op], timeline: Tim
         stalls={e: {s: ns / 1000.0 for s, ns in by.items()} for e, by in timeline.stalls.items()},
         target=target.name,
         useful_macs=useful,
-        spans=spans,
-        flows=flows,
         queues=target.data["dma"]["queues"],
         origins=dict(program.origins),
-        records=records,
         pe_flops_per_ns=target.pe_peak_flops_bf16 / 1e9,
         hbm_bytes_per_ns=target.data["hbm"]["bytes_per_ns"],
+        _source=(program, target, ops, timeline),
     )
 
 

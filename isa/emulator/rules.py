@@ -102,6 +102,8 @@ class RuleChecker:
         self.stream = target.data["stream"]
         # (engine, opcode, operand, pattern) already found valid: compiled programs repeat them a lot
         self.valid_operands: set[tuple[str, str, str, AccessPattern]] = set()
+        # structures (engine, opcode, operand names, attributes with their types) already found valid
+        self.valid_structures: dict[tuple, OpcodeSpec] = {}
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
         who = describe(index, inst)
@@ -129,6 +131,14 @@ class RuleChecker:
         raise RuleViolation(f"{who}: {rule}: {values}")
 
     def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
+        key = (inst.engine, inst.opcode, tuple(inst.operands),
+               tuple((name, type(value), value) for name, value in inst.attrs.items()))
+        spec = self.valid_structures.get(key)
+        if spec is None:
+            spec = self.valid_structures[key] = self._check_structure(who, inst)
+        return spec
+
+    def _check_structure(self, who: str, inst: Instruction) -> OpcodeSpec:
         if inst.engine not in ENGINES:
             raise ProgramError(f"{who}: unknown engine {inst.engine!r}; known: {', '.join(ENGINES)}")
         spec = OPCODES.get(inst.opcode)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -54,7 +55,7 @@ class Stream:
     last_start: float = 0.0
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Transfer:
     op: Op
     remaining: float
@@ -92,6 +93,7 @@ class Scheduler:
         self.fifo: list[deque[Op]] = [deque() for _ in range(dma["queues"])]
         self.queue_busy = [False] * dma["queues"]
         self.active: list[Transfer] = []
+        self.active_hbm = 0  # how many of the active transfers touch HBM
         self.dma_clock = 0.0
         self.dma_version = 0
         self.heap: list[tuple[float, int, int, int, object]] = []
@@ -211,6 +213,7 @@ class Scheduler:
         self.executed.append(op.run)
         hbm = bool(op.hbm_read or op.hbm_write)
         self.active.append(Transfer(op, op.transfer_bytes, hbm))
+        self.active_hbm += hbm
 
     def _advance(self) -> None:
         elapsed = self.now - self.dma_clock
@@ -223,19 +226,26 @@ class Scheduler:
         self.dma_version += 1
         if not self.active:
             return
-        n_hbm = sum(t.hbm for t in self.active)
-        share = self.hbm_rate / n_hbm if n_hbm else self.queue_rate
+        n_hbm, queue_rate = self.active_hbm, self.queue_rate
+        share = self.hbm_rate / n_hbm if n_hbm else queue_rate
+        hbm_rate = queue_rate if queue_rate < share else share  # min(queue_rate, share)
+        soonest = math.inf
         for transfer in self.active:
-            transfer.rate = min(self.queue_rate, share) if transfer.hbm else self.queue_rate
-        soonest = min(t.remaining / t.rate for t in self.active)
-        self._push(self.now + max(0.0, soonest), DMA_DONE, self.dma_version)
+            rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
+            left = transfer.remaining / rate
+            if left < soonest:
+                soonest = left
+        self._push(self.now + (soonest if soonest > 0.0 else 0.0), DMA_DONE, self.dma_version)
 
     def _dma_done(self, version: int) -> None:
         if version != self.dma_version:
             return
         self._advance()
-        finished = [t for t in self.active if t.remaining <= EPS_BYTES * max(1.0, t.rate)]
-        self.active = [t for t in self.active if t.remaining > EPS_BYTES * max(1.0, t.rate)]
+        finished, active = [], []
+        for t in self.active:  # done: within EPS_BYTES * max(1, rate) of its end
+            (finished if t.remaining <= EPS_BYTES * (t.rate if t.rate > 1.0 else 1.0) else active).append(t)
+        self.active = active
+        self.active_hbm -= sum(t.hbm for t in finished)
         for transfer in finished:
             op = transfer.op
             self.timeline.transfer_end[op.index] = self.now

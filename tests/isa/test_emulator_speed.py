@@ -4,7 +4,9 @@ existed (tests/isa/emulator_fingerprint.py)."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 
 import numpy as np
 import pytest
@@ -68,3 +70,135 @@ def test_checks_level_is_validated():
         run_program(prog, inputs(prog), checks="some")
     with pytest.raises(InputError, match="check=True"):
         run_program(prog, inputs(prog), check=True, checks="off")
+
+
+# programs with control flow ------------------------------------------------------------------------------------
+
+def _loop_program(trips: int):
+    """DVE adds 1 to a tile `trips` times in a counted loop (tests/isa/test_control.py's shape)."""
+    from isa.asm import parse_program
+    return parse_program(
+        ".target trn1\n.tensor in0 input f32 [4,8]\n.tensor out0 output f32 [4,8]\n"
+        "sp.dma dst=sbuf[0:4]@0[1,8]:f32 src=hbm:in0@0[8,4][1,8]:f32 queue=0 signal(s5)\n"
+        f"dve.reg_set reg=0 value={trips}\n"
+        "top: dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=add scalar=1.0 wait(s5>=1)\n"
+        "dve.loop reg=0 target=\"top\"\n"
+        "dve.nop signal(s2)\n"
+        "sp.dma dst=hbm:out0@0[8,4][1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 queue=0 wait(s2>=1)\n")
+
+
+def test_loops_without_data_dependent_branches_are_replayed(monkeypatch):
+    import isa.emulator as emulator_module
+    prog = _loop_program(50)
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    emulator = Emulator(prog, checks="off")
+    first = emulator.run({"in0": x})
+    assert not emulator.data_dependent and first.profile.instruction_counts["dve.tensor_scalar"] == 50
+
+    def no_scheduling(*args, **kwargs):
+        raise AssertionError("a replayable program was scheduled again")
+
+    monkeypatch.setattr(emulator_module, "ControlScheduler", no_scheduling)
+    again = emulator.run({"in0": -x})  # replayed: other data, same order
+    np.testing.assert_array_equal(again.outputs["out0"], -x + 50)
+    assert again.profile.time_us == first.profile.time_us
+    timeline = fingerprint(first.outputs, first.profile)["timeline"]
+    assert fingerprint(again.outputs, again.profile)["timeline"] == timeline
+    # the full checks still schedule every run (the race detector watches the schedule)
+    monkeypatch.undo()
+    checked = Emulator(prog, checks="full")
+    checked.run({"in0": x})
+    monkeypatch.setattr(emulator_module, "ControlScheduler", no_scheduling)
+    with pytest.raises(AssertionError, match="scheduled again"):
+        checked.run({"in0": x})
+
+
+def test_programs_branching_on_data_are_scheduled_every_run():
+    from isa.asm import parse_program
+    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    prog = parse_program(
+        ".target trn1\n.tensor in0 input f32 [4,8]\n.tensor flag input f32 [1,1]\n.tensor out0 output f32 [4,8]\n"
+        "sp.dma dst=sbuf[0:4]@0[1,8]:f32 src=hbm:in0@0[8,4][1,8]:f32 queue=0 signal(s5)\n"
+        "sp.dma dst=sbuf[0:1]@64[1,1]:f32 src=hbm:flag@0[1,1][1,1]:f32 queue=1 signal(s6)\n"
+        "dve.reg_load src=sbuf[0:1]@64[1,1]:f32 reg=3 wait(s6>=1)\n"
+        "dve.branch reg=3 cmp=is_gt imm=0 target=\"positive\"\n"
+        "dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=multiply scalar=-1.0 wait(s5>=1)\n"
+        "dve.jump target=\"done\"\n"
+        "positive: dve.tensor_scalar dst=sbuf[0:4]@0[1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 op=add scalar=10.0 "
+        "wait(s5>=1)\n"
+        "done: dve.nop signal(s2)\n"
+        "sp.dma dst=hbm:out0@0[8,4][1,8]:f32 src=sbuf[0:4]@0[1,8]:f32 queue=0 wait(s2>=1)\n")
+    emulator = Emulator(prog, checks="off")
+    assert emulator.data_dependent
+    np.testing.assert_array_equal(emulator.run({"in0": x, "flag": np.full((1, 1), 2.0, np.float32)}).outputs["out0"],
+                                  x + 10)
+    np.testing.assert_array_equal(emulator.run({"in0": x, "flag": np.full((1, 1), -2.0, np.float32)}).outputs["out0"],
+                                  -x)
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_of_a_loop_never_passes_its_total(monkeypatch):
+    import isa.emulator as emulator_module
+    fake = _Tty()
+    monkeypatch.setattr("sys.stderr", fake)
+    monkeypatch.setattr(emulator_module.ProgressBar.__init__, "__defaults__", (0.0,))
+    x = np.zeros((4, 8), np.float32)
+    emulator = Emulator(_loop_program(3000), checks="off")
+    emulator.run({"in0": x}, progress=True)  # scheduled: the count is not known before the end
+    scheduled = fake.getvalue()
+    assert "instructions (with loops)" in scheduled and "/" not in scheduled.replace("/s", "")
+    emulator.run({"in0": x}, progress=True)  # replayed: the count is known
+    fractions = re.findall(r"(\d+)/(\d+) instructions", fake.getvalue()[len(scheduled):])
+    assert fractions and all(int(done) <= int(total) for done, total in fractions)
+    bar = emulator_module.ProgressBar(delay_s=0.0)
+    bar(2048, 1024)  # never more than the whole bar
+    assert "#" * 41 not in fake.getvalue()
+
+
+def _special_f32(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Normal values mixed with NaNs of random sign and payload, infinities, zeros of both signs, subnormals."""
+    n = int(np.prod(shape))
+    nans = (rng.integers(0, 1 << 22, n, dtype=np.uint32) | np.uint32(0x7F800001)
+            | (rng.integers(0, 2, n, dtype=np.uint32) << np.uint32(31))).view(np.float32)
+    specials = np.array([np.inf, -np.inf, 0.0, -0.0, 1e-45, -3e-39, 3.4e38], np.float32)
+    values = rng.standard_normal(n).astype(np.float32)
+    pick = rng.random(n)
+    values = np.where(pick < 0.3, nans, values)
+    values = np.where((pick >= 0.3) & (pick < 0.45), specials[rng.integers(0, len(specials), n)], values)
+    return values.reshape(shape)
+
+
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide"])
+def test_exact_fp32_ops_on_views_give_the_bits_of_the_fp32_copies(op):
+    """tensor_tensor / tensor_scalar of EXACT_F32 ops run on strided and broadcast views: the same bits (NaN
+    payloads and signs included) as computing on contiguous fp32 copies and storing."""
+    from isa.emulator.kernels import EXACT_F32, Ctx, EngineState, _tensor_scalar, _tensor_tensor
+    from isa.emulator.numerics import ALU, make_store, read_f32
+    from isa.program import Instruction
+    rng = np.random.default_rng(7)
+    base = _special_f32(rng, (8, 6, 40))
+    a = base[:, :, ::2]  # strided
+    b = np.broadcast_to(_special_f32(rng, (8, 6, 1)), (8, 6, 20))  # broadcast along the free dims
+    c = np.broadcast_to(_special_f32(rng, (8, 1, 20)), (8, 6, 20))
+    store = make_store("f32")
+    for x, y in ((a, b), (b, c), (c, a)):
+        expected = np.empty((8, 6, 20), np.float32)
+        store(expected, ALU[op][1](read_f32(x), read_f32(y)))
+        dst = np.zeros((8, 6, 40), np.float32)[:, :, 1::2]
+        inst = Instruction("dve", "tensor_tensor", {}, {"op": op})
+        run = _tensor_tensor(Ctx(inst, {"dst": dst, "a": x, "b": y}, EngineState(8)))
+        assert op in EXACT_F32
+        run()
+        np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
+    for s0, s1 in ((1.5, -0.0), (-3.0, 1e-45), (np.inf, 2.0)):
+        expected = np.empty((8, 6, 20), np.float32)
+        store(expected, np.subtract(ALU[op][1](read_f32(a), np.float32(s0)), np.float32(s1)))
+        dst = np.zeros((8, 6, 20), np.float32)
+        inst = Instruction("pool", "tensor_scalar", {}, {"op": op, "scalar": s0, "op1": "subtract", "scalar1": s1})
+        _tensor_scalar(Ctx(inst, {"dst": dst, "src": a}, EngineState(8)))()
+        np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
