@@ -37,7 +37,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import torch
 import xxhash
 from torch._export.utils import _compiling_state_context
@@ -64,10 +63,19 @@ class Unkeyable(Exception):
 def tensor_digest(t: torch.Tensor) -> str:
     """XXH3-128 of a real tensor's dtype, shape and values. Not memoized: a tensor can change without its
     version counter knowing (through ``.data`` or a numpy view), and hashing is cheap (GPT-2: ~0.03 s)."""
-    data = t.detach().contiguous().reshape(-1)
-    raw = data.view(torch.uint8).numpy() if data.numel() else np.zeros(0, np.uint8)
+    t = t.detach()
     digest = xxhash.xxh3_128(f"{t.dtype}{tuple(t.shape)}".encode())
-    digest.update(memoryview(raw))
+    if t.numel() == 0:
+        return digest.hexdigest()
+    if t.is_contiguous():
+        data = t.reshape(-1)
+    else:
+        # A strided view (expand, transpose, slice) is its strides plus the storage span it reads: hashing
+        # that never materialises the view (a 4-byte buffer expanded to 70000x70000 would need 19.6 GB).
+        span = 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+        data = t.as_strided((span,), (1,), t.storage_offset())
+        digest.update(f"{t.stride()}".encode())
+    digest.update(memoryview(data.view(torch.uint8).numpy()))
     return digest.hexdigest()
 
 

@@ -107,6 +107,15 @@ def test_tensor_digest_follows_the_values_however_they_change():
     assert tensor_digest(torch.zeros(2, dtype=torch.bfloat16)) != tensor_digest(torch.zeros(2, dtype=torch.float16))
 
 
+def test_tensor_digest_of_a_strided_view_reads_only_its_storage():
+    huge = torch.zeros(1).expand(70000, 70000)  # 19.6 GB if it were materialised
+    assert tensor_digest(huge) != tensor_digest(torch.zeros(1).expand(70000, 69999))
+    x = torch.arange(12.0).reshape(3, 4)
+    assert tensor_digest(x.t()) != tensor_digest(x)
+    assert tensor_digest(x[:, 1:]) != tensor_digest(x[:, :3])
+    assert tensor_digest(x.t()) == tensor_digest(x.clone().t())
+
+
 def test_a_hit_by_trace_gives_the_same_program_and_calling_convention():
     torch.manual_seed(1)
     model = DictOut().eval()
