@@ -50,16 +50,6 @@ def needs_exact_reduce(node: Node) -> bool:
     return not (kind in ("max", "min") and src.dtype in EXACT_INT_REDUCE_DTYPES)
 
 
-def check_reduce(node: Node) -> None:
-    """Refuse an integer reduction on a path that computes in fp32 (see needs_exact_reduce)."""
-    if not needs_exact_reduce(node):
-        return
-    kind, src = node.op[len("reduce_"):], node.inputs[0]
-    raise CompilationError(f"{where_of(node)}: an integer {kind} reduction of {src.dtype} is not computed exactly "
-                           "by the machine (the vector engine reduces in fp32); refused "
-                           "(docs/integer-semantics.md)")
-
-
 def wrap(value: int, dtype: str) -> int:
     """``value`` (a Python int, any size) wrapped to the integer type ``dtype`` (pred: value != 0)."""
     np_dtype = isa_dtype(dtype).numpy

@@ -7,6 +7,9 @@ goes on the partitions, loaded in contiguous rows of a kept axis, and is reduced
 - add: PE multiplies by a ones vector, psum[1, F] = ones[K, 1]^T @ x[K, F], accumulating every block
   of 128 reduced rows in PSUM;
 - max/min: POOL partition_reduce of each block, combined on DVE.
+Partition reductions compute in fp32: integer reductions that fp32 would not compute exactly
+(integer.needs_exact_reduce) and products instead load the reduced axis along the free dim (a strided
+load) and go through the row kernel, which reduces integers exactly on GpSimd (math=int).
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ from backend.kernels import integer
 from backend.kernels.elementwise import fused_kernel, merge_groups
 from backend.kernels.expr import REDUCE_IDENTITY, Node, walk
 from backend.layout import View, itemsize
-from hlo.errors import CompilationError
 
 PE_DTYPES = ("f32", "bf16", "f16")
 
@@ -28,14 +30,12 @@ def reduce_kernel(builder: ProgramBuilder, root: Node, out: View, reduce_axes: t
                   where: str) -> None:
     """A kernel for a lone reduce: `root` over the operand's dims, `out` broadcast along reduce_axes."""
     column = _column_operand(root)
-    if column is None or _reduces_minor_axis(column[0], reduce_axes) or len(reduce_axes) == column[0].rank:
+    if column is None or _reduces_minor_axis(column[0], reduce_axes) or len(reduce_axes) == column[0].rank \
+            or any(n.is_reduce and (integer.needs_exact_reduce(n) or n.op == "reduce_multiply") for n in walk(root)):
+        # integers that fp32 would not reduce exactly, and products: the reduced axis goes on the free dim
+        # (a strided load) and the row kernel reduces it exactly on GpSimd (math=int)
         fused_kernel(builder, root, out, name, where, reduce_axes)
         return
-    for node in walk(root):
-        if node.is_reduce:
-            integer.check_reduce(node)  # partition_reduce and PE sums are fp32
-            if node.op == "reduce_multiply":
-                raise CompilationError(f"{where}: a product across partitions is not supported by the backend")
     _ColumnReduce(builder, *column, out, reduce_axes, name, where).emit()
 
 

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 import compiler
-from compiler.errors import CompilationError
 
 
 def _run(text: str, *args):
@@ -77,9 +76,15 @@ def test_integer_reductions_along_rows_are_exact():
     np.testing.assert_array_equal(got, x.max(axis=1))
 
 
-def test_integer_reductions_across_partitions_are_refused():
-    with pytest.raises(CompilationError, match="not computed exactly"):
-        compiler.compile(_max_reduce(0), opt_level=0)
+@pytest.mark.parametrize("level", [0, 2])
+def test_integer_reductions_of_a_major_axis_are_exact(level):
+    """s32 max over the major axis: not across partitions (fp32 partition_reduce) but along the free dim."""
+    x = np.random.default_rng(2).integers(-2**31, 2**31, (300, 4), dtype=np.int64).astype(np.int32)
+    x[7, 1], x[8, 1] = 2**31 - 1, 2**31 - 2  # fp32 would round both to 2^31
+    result = compiler.compile(_max_reduce(0), opt_level=level)
+    assert not any(i.opcode == "partition_reduce" for i in result.program.instructions)
+    (got,) = result.run(x)
+    np.testing.assert_array_equal(got, x.max(axis=0))
 
 
 def test_abs_of_unsigned_is_the_value_and_negate_wraps():
