@@ -8,7 +8,8 @@ simply constant along them. `evaluate.TileEvaluator` maps the nodes of one tile 
 
 Node ops are ISA names where one exists: ALU ops (`add`, `is_gt`, `logical_and`...), ACT functions
 (`exp`, `rsqrt`...), plus `convert`/`copy`, `negate`, `select`, `reduce_add`/`reduce_max`/`reduce_min`
-(over the tile's free axes) and the operands `leaf` (a view), `iota` (an index ramp, as a view of a
+(over the tile's free axes), `total_order_key` (a float's bits as a signed integer ordered as compare's
+type=TOTALORDER orders the floats) and the operands `leaf` (a view), `iota` (an index ramp, as a view of a
 virtual buffer), `acc` and `scalar`. Composite HLO ops (abs, sign, clamp, expm1, log1p, not) are
 built from these when the node is created.
 """
@@ -66,6 +67,8 @@ REDUCE_OPS = ("reduce_add", "reduce_max", "reduce_min", "reduce_multiply")
 PRED = "pred"  # HLO pred: the machine's pred type (one byte, 0 or 1)
 INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64"})
 UNSIGNED_DTYPES = frozenset({"pred", "u8", "u16", "u32", "u64"})
+# float ISA dtype -> the signed integer type of the same width (its bits, for TOTALORDER keys)
+KEY_DTYPES: dict[str, str] = {"f32": "i32", "bf16": "i16", "f16": "i16", "fp8e4": "i8", "fp8e5": "i8"}
 
 # The virtual buffer behind iota views: element e has the value e.
 IOTA = Buffer("f32", 1 << 62, name="<iota>")
@@ -169,9 +172,11 @@ def unary(op: str, x: Node, dtype: str, inst: HloInstruction | None = None) -> N
 def binary(op: str, a: Node, b: Node, dtype: str, inst: HloInstruction | None = None) -> Node:
     """A binary node: HLO names (and/or/xor) become the logical (pred) or bitwise (int) ALU op."""
     if inst is not None and inst.opcode == "compare" and inst.attrs.get("type") == "TOTALORDER" and \
-            a.dtype not in INT_DTYPES:  # -0 < +0 and NaN ordering: the ALU compares by IEEE rules
-        raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: a float compare with type=TOTALORDER is not "
-                               "supported by the backend")
+            a.dtype not in INT_DTYPES:  # -0 < +0 and NaN ordering: compare the floats' order-preserving keys
+        if a.dtype not in KEY_DTYPES or b.dtype != a.dtype:
+            raise CompilationError(f"{where_of(Node(op, dtype, inst=inst))}: a compare with type=TOTALORDER of "
+                                   f"{a.dtype} and {b.dtype} is not supported by the backend")
+        a, b = (Node("total_order_key", KEY_DTYPES[x.dtype], (x,), inst=inst) for x in (a, b))
     if op in ("and", "or", "xor"):
         if a.dtype == PRED:
             op = {"and": "logical_and", "or": "logical_or", "xor": "not_equal"}[op]

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from backend.kernels.expr import Node, where_of
+from backend.kernels.expr import KEY_DTYPES, Node, where_of
+from backend.layout import itemsize
 from hlo.errors import CompilationError
+from hlo.interpreter.elementwise import total_order_key
 from isa.dtypes import dtype as isa_dtype
 from isa.dtypes import immediate
 from isa.emulator.numerics import INT_ALU, int_width, wrap64
+from isa.program import AccessPattern
 
 # node op -> ALU op of the integer mode (binary nodes)
 INT_BINARY = frozenset({"add", "subtract", "multiply", "divide", "remainder", "max", "min", "is_equal", "not_equal",
@@ -90,3 +93,22 @@ def check_int_op(node: Node) -> None:
     if node.op not in INT_BINARY and node.op not in ("convert", "copy", "negate", "select"):
         raise CompilationError(f"{where_of(node)}: the integer op {node.op!r} has no exact instruction "
                                "(docs/integer-semantics.md)")
+
+
+def total_order_keys(b, dst: AccessPattern, value: AccessPattern, label: str) -> None:
+    """dst (signed integers of the float's width) = the float bits of `value`, negative ones with their
+    magnitude bits flipped: integers ordered as compare's type=TOTALORDER orders the floats."""
+    bits = AccessPattern(value.memory, dst.dtype, value.offset, value.pattern, value.start_partition,
+                         value.partitions)
+    width = itemsize(dst.dtype) * 8
+    b.emit("pool", "tensor_scalar", f"{label} sign mask",
+           {"op": "shift_right_arith", "scalar": float(width - 1), "op1": "bitwise_and",
+            "scalar1": float((1 << (width - 1)) - 1), "math": "int"}, dst=dst, src=bits)
+    b.emit("pool", "tensor_tensor", f"{label} flip", {"op": "bitwise_xor", "math": "int"}, dst=dst, a=bits, b=dst)
+
+
+def total_order_key_value(value: float, dtype: str) -> int:
+    """The TOTALORDER key (total_order_keys) of the immediate `value` of the float type `dtype`."""
+    if dtype not in KEY_DTYPES:
+        raise CompilationError(f"no TOTALORDER key for {dtype} immediates")
+    return int(total_order_key(np.array(value, isa_dtype(dtype).numpy)))

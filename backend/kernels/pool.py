@@ -7,7 +7,8 @@ band tile (conv_geometry.py). Rows outside the input are filled with the reducer
 max), columns are clipped per tap, so padding and holes never change a result, as in XLA's evaluator.
 Per block of output pixels: the first tap covering the block whole is copied into an fp32 accumulator
 (or it is set to the identity), every other tap is one tensor_tensor of the accumulator with the
-tap's strided view of the band, then the init value is combined (when it is not the identity) and the
+tap's strided view of the band, then the init value is combined (a constant when it is not the identity;
+a runtime init, e.g. a parameter, from a per-partition vector broadcast from HBM once per kernel) and the
 epilogue expression (e.g. avg pooling's divide, when fused) evaluated on the way to the store. One
 block's chain runs on one engine (no semaphore between its steps); blocks alternate between DVE and
 POOL by estimated load.
@@ -61,6 +62,7 @@ class PoolPlan:
     op: str
     identity: float
     init: float
+    init_view: View | None = None  # a runtime init value (rank 0): combined from a per-partition vector
 
 
 def _reducer(comp: object, where: str) -> tuple[str, float]:
@@ -93,8 +95,6 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
         raise CompilationError(f"{where}: {e}") from None
     op, identity = _reducer(inst.attrs.get("to_apply"), where)
     init_value = init.scalar_value()
-    if init_value is None:
-        raise CompilationError(f"{where}: reduce-window needs a constant init value")
     if x.dtype not in ("f32", "bf16", "f16") and not integer.is_integer(x.dtype):
         raise CompilationError(f"{where}: reduce-window over {x.dtype} is not supported by the backend")
     identity = reducer_identity(op, x.dtype)  # integers: exact on GpSimd (integer mode), in the operand's type
@@ -129,6 +129,8 @@ def plan_pool(inst: HloInstruction, name: str, x: View, init: View, out: View, e
     if any(a.out != window_output_size(a.size, wd) for a, wd in zip(axes, wdims, strict=True)):
         raise CompilationError(f"{where}: the declared result shape does not match the window")
     epilogue = with_views(epilogue, leaves, flat[1:])
+    if init_value is None:
+        return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, identity, init)
     return PoolPlan(name, where, xv, flat[0], epilogue, axes[0], axes[1], op, identity, init_value)
 
 
@@ -161,11 +163,29 @@ class _PoolKernel:
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, self.nt - 1, self.nt, plan.name,
                                  min(self.parts, self.P * self.groups), self.block, builder.options.output_buffers)
         self.pools: dict[str, Pool] = {}
+        self.init_vec: AccessPattern | None = None
+
+    def _load_init(self) -> None:
+        """A runtime init value on every partition the blocks use, in the accumulator's type."""
+        b, init = self.b, self.plan.init_view
+        assert init is not None
+        parts = min(self.parts, self.P * self.groups)
+        b.place(init)
+        raw = self.pools["init"].next().flat(init.stored_dtype, parts, 1)
+        b.dma(raw, init.hbm_ap(None, 0, parts, []), f"{self.plan.name} init load")
+        dtype = self.x.dtype if self.exact else "f32"
+        if raw.dtype != dtype:
+            vec = self.pools["init"].next().flat(dtype, parts, 1)
+            b.copy(vec, raw, f"{self.plan.name} init convert")
+            raw = vec
+        self.init_vec = raw
 
     def run(self) -> None:
         plan, b = self.plan, self.b
         block = self.block
         specs = self.epilogue.specs() + ([] if self.direct else [PoolSpec("acc", "sbuf", block * 4, 3)])
+        if plan.init_view is not None:
+            specs.append(PoolSpec("init", "sbuf", 8, 2))
         room = min(X_BUDGET, b.alloc.sbuf_capacity() - b.alloc.sbuf_need(specs))
         xsz, ssz = itemsize(self.x.dtype), itemsize(self.x.stored_dtype)
 
@@ -183,6 +203,8 @@ class _PoolKernel:
             specs.append(PoolSpec("x_stage", "sbuf", nv * self.W * ssz, 2))
         self.pools = b.alloc.begin_kernel(plan.name, specs, plan.where)
         self.epilogue.bind(self.pools)
+        if plan.init_view is not None:
+            self._load_init()
         loops = self.x.dims[:self.nt - 1]
         for index in itertools.product(*(range(d) for d in loops)):
             fixed = dict(enumerate(index))
@@ -291,7 +313,11 @@ class _PoolKernel:
             if pair is not None:
                 b.emit(engine, "tensor_tensor", f"{label} tap({kh}, {kw})", {"op": plan.op, **math},
                        dst=pair[0], a=pair[0], b=pair[1])
-        if plan.init != plan.identity:
+        if self.init_vec is not None:
+            vec = replace(self.init_vec, partitions=pw)
+            b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": 0.0, **math}, dst=whole,
+                   src=whole, scalar_vec=vec)
+        elif plan.init != plan.identity:
             b.emit(engine, "tensor_scalar", f"{label} init", {"op": plan.op, "scalar": plan.init, **math}, dst=whole,
                    src=whole)
         if self.direct:

@@ -36,6 +36,7 @@ from backend.fused import view_of
 from backend.kernels import expr
 from backend.kernels.evaluate import Temporaries, Tensor, TileEvaluator, dry_operand
 from backend.kernels.expr import Node
+from backend.kernels.integer import total_order_keys
 from backend.kernels.sort_compare import Comparator
 from backend.layout import View, isa_dtype_of, itemsize
 from hlo.errors import CompilationError
@@ -243,18 +244,6 @@ class SortKernel:
                 lo, hi = part(view(i, cur, False)), part(view(i, cur, True))
                 b.select(part(view(i, 1 - cur, False)), swap, hi, lo, f"{where} lower {i}")
                 b.select(part(view(i, 1 - cur, True)), swap, lo, hi, f"{where} upper {i}")
-
-
-def total_order_keys(b: ProgramBuilder, dst: AccessPattern, value: AccessPattern, label: str) -> None:
-    """dst (signed integers of the float's width) = the float bits of `value`, negative ones with their
-    magnitude bits flipped: integers ordered as compare's type=TOTALORDER orders the floats."""
-    bits = AccessPattern(value.memory, dst.dtype, value.offset, value.pattern, value.start_partition,
-                         value.partitions)
-    width = itemsize(dst.dtype) * 8
-    b.emit("pool", "tensor_scalar", f"{label} sign mask",
-           {"op": "shift_right_arith", "scalar": float(width - 1), "op1": "bitwise_and",
-            "scalar1": float((1 << (width - 1)) - 1), "math": "int"}, dst=dst, src=bits)
-    b.emit("pool", "tensor_tensor", f"{label} flip", {"op": "bitwise_xor", "math": "int"}, dst=dst, a=bits, b=dst)
 
 
 def split_pattern(pattern: list[tuple[int, int]], limit: int) -> list[tuple[int, list[tuple[int, int]]]]:

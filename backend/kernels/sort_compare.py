@@ -26,14 +26,12 @@ import numpy as np
 
 from backend.fused import elementwise_node
 from backend.kernels import expr
-from backend.kernels.expr import Node
+from backend.kernels.expr import KEY_DTYPES, Node
 from backend.layout import isa_dtype_of
 from hlo.errors import CompilationError
 from hlo.interpreter.elementwise import total_order_key
 from hlo.ir import Computation, Instruction
 
-# float ISA dtype -> the signed integer type of the same width (its bits, for TOTALORDER keys)
-KEY_DTYPES: dict[str, str] = {"f32": "i32", "bf16": "i16", "f16": "i16", "fp8e4": "i8", "fp8e5": "i8"}
 FLOAT_DTYPES = frozenset(KEY_DTYPES)
 
 

@@ -26,7 +26,8 @@ from typing import Any
 
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
-from backend.kernels.sort import RowLayout, operand_views, result_views, total_order_keys
+from backend.kernels.integer import total_order_keys
+from backend.kernels.sort import RowLayout, operand_views, result_views
 from backend.kernels.sort_compare import FLOAT_DTYPES, KEY_DTYPES
 from backend.layout import View
 from hlo.errors import CompilationError
