@@ -10,8 +10,9 @@ emitted instructions, and the constructs between them:
 - ``Switch``: a conditional: the selector (pred, or s32 branch index; an index outside 0..N-1 takes the last
   branch, as XLA says) is read into a register by every stream and each stream branches to the same branch.
 The loop-carried state lives in HBM scratch tensors at fixed addresses: the initial values are copied in before
-the loop, the body reads them and writes its results into separate buffers, which are copied back at the end of
-each trip (a result that is the unchanged state element is neither written nor copied). How the regions are
+the loop; the body reads them and writes each result straight into its state element when nothing it reads
+later sees the change (backend/loop_state.py), else into a separate buffer copied back at the end of each trip
+(a result that is the unchanged state element is neither written nor copied). How the regions are
 scheduled and synchronised (a barrier after every region, semaphores reset per trip) is backend/control_schedule.py.
 
 A body or branch is lowered by ``ComputationLowering``, the entry's Lowering over another computation: the same
@@ -26,7 +27,8 @@ from backend.emit import ProgramBuilder
 from backend.fused import Value, view_of
 from backend.kernels.elementwise import copy_kernel
 from backend.layout import View, isa_dtype_of
-from backend.lower import KERNELS, Lowering
+from backend.loop_state import in_place_order
+from backend.lower import KERNELS, Lowering, is_compute
 from hlo.errors import CompilationError
 from hlo.ir import Computation, Instruction, Shape
 from hlo.shape_control import branches
@@ -134,9 +136,9 @@ class ComputationLowering(Lowering):
         self._kernels = parent._kernels
         self.parent = parent
 
-    def lower_into(self, args: list[Value], outs: list[View | None]) -> None:
+    def lower_into(self, args: list[Value], outs: list[View | None], order: list[Instruction] | None = None) -> None:
         """Lower the computation with parameter i bound to args[i]; ROOT element k is written into outs[k]
-        (None: not wanted)."""
+        (None: not wanted); the instructions in `order` (default: post order)."""
         comp = self.entry
         root = comp.root
         assert root is not None
@@ -146,7 +148,7 @@ class ComputationLowering(Lowering):
         for r, out in zip(roots, outs, strict=True):
             if out is not None and r.opcode != "parameter":
                 self._assign_destination(r, out)
-        for inst in comp.post_order():
+        for inst in order if order is not None else comp.post_order():
             if inst.uid not in self.values:
                 self.values[inst.uid] = self.lower(inst)
         for k, (r, out) in enumerate(zip(roots, outs, strict=True)):
@@ -238,13 +240,17 @@ def lower_while(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     unchanged = [r.opcode == "get-tuple-element" and r.operands[0].opcode == "parameter"
                  and int(r.attrs["index"]) == k for k, r in enumerate(results)] if inst.shape.is_tuple else [
         broot.opcode == "parameter"]
-    nxt = [None if same else lw.b.scratch(isa_dtype_of(inst, s.dtype), tuple(s.dims), label=f"{inst.name} next {k}")
-           for k, (s, same) in enumerate(zip(shapes, unchanged, strict=True))]
+    order, in_place = in_place_order(body, inst.shape.is_tuple, results,
+                                     [is_compute(r) and not same for r, same in zip(results, unchanged, strict=True)])
+    nxt = [None if same or here else lw.b.scratch(isa_dtype_of(inst, s.dtype), tuple(s.dims),
+                                                  label=f"{inst.name} next {k}")
+           for k, (s, same, here) in enumerate(zip(shapes, unchanged, in_place, strict=True))]
+    outs = [state[k] if here else nxt[k] for k, here in enumerate(in_place)]
     trips = trip_count(inst)
 
     def lower_body() -> None:
         forget = _forgetting_helpers(lw.b)
-        ComputationLowering(lw, body).lower_into(args, nxt)
+        ComputationLowering(lw, body).lower_into(args, outs, order)
         lw.b.origin = inst.name
         for k, (src, dst) in enumerate(zip(nxt, state, strict=True)):
             if src is not None:

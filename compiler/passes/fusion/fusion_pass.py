@@ -74,9 +74,14 @@ class FusionPass(HloPass):
     def run(self, module: Module) -> bool:
         self.decisions = []
         self.notes = []
-        comp = module.entry
-        if comp is None:
+        if module.entry is None:
             return False
+        changed = False
+        for comp in [module.entry] + loop_bodies(module):
+            changed |= self._run_on(module, comp)
+        return changed
+
+    def _run_on(self, module: Module, comp: Computation) -> bool:
         changed = False
         if self.prepare:
             sinking = DotReshapeSinking(module, comp)
@@ -442,3 +447,18 @@ def _fused_reason(producer: Instruction) -> str:
     if producer.opcode == "broadcast":
         return "broadcast of a row statistic back over the reduced axes"
     return "elementwise producer whose users are all in the fusion"
+
+
+def loop_bodies(module: Module) -> list[Computation]:
+    """The bodies of the while loops reachable from the entry (nested ones too): lowered once and run per
+    trip (backend/control.py), they are fused like the entry."""
+    found: list[Computation] = []
+    stack = [module.entry]
+    while stack:
+        comp = stack.pop()
+        for inst in comp.instructions if comp is not None else ():
+            body = inst.attrs.get("body") if inst.opcode == "while" else None
+            if isinstance(body, Computation) and all(body is not f for f in found):
+                found.append(body)
+                stack.append(body)
+    return found
