@@ -29,6 +29,7 @@ from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExp
 from compiler.passes.expand.dynamic_slice_expander import DynamicSliceExpander
 from compiler.passes.expand.gather_expander import GatherExpander
 from compiler.passes.expand.integer_dot_expander import IntegerDotExpander
+from compiler.passes.expand.reduce_window_expander import ReduceWindowExpander
 from compiler.passes.expand.scatter_expander import ScatterExpander
 from compiler.passes.fusion.channel_major import ChannelMajor
 from compiler.passes.fusion.fusion_pass import FusionPass
@@ -237,14 +238,15 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
 
     * O0: ``call_inliner``, ``while_unroller``, ``conditional_to_select``, ``arg_reduce_expander``,
       ``conv_lhs_dilation_expander``, ``dynamic_slice_expander``, ``scatter_expander``,
-      ``gather_expander``, ``integer_dot_expander``, ``canonicalize``, ``auto_cast`` --
+      ``gather_expander``, ``integer_dot_expander``, ``reduce_window_expander``, ``canonicalize``, ``auto_cast`` --
       only what lowering needs (the backend lowers straight-line computations: XLA writes a ``call`` per jitted
       helper; counted loops of at most ``--unroll-trips`` (16) trips unroll, longer and data-dependent loops run
       on chip (the ISA's loops); cheap conditionals compute every branch and select, others branch; argmax
       and argmin become two plain reductions; a convolution's base dilation becomes a pad; dynamic slices with
       few possible offsets become selects, and so do gathers with few possible indices; scatters with few
       update positions become masked updates; 8-bit
-      integer dots whose sums stay below 2^24 run on PE in fp32).
+      integer dots whose sums stay below 2^24 run on PE in fp32; reduce-windows over more than two windowed
+      dimensions become a chain over at most two each).
     * O1: + the ``simplification`` fixed point (``constant_folding``, ``algebraic_simplifier``, ``cse``,
       ``dce``). Folding goes first so that a transpose of a weight is folded into the constant (a transposed
       copy made at compile time) rather than into the dot's contracting dims (a strided read at run time);
@@ -263,7 +265,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
     passes: list[PassLike] = [CallInliner(), WhileUnroller(options.unroll_trips), ConditionalToSelect(),
                               ArgReduceExpander(),
                               ConvLhsDilationExpander(), DynamicSliceExpander(), ScatterExpander(),
-                              GatherExpander(), IntegerDotExpander(), Canonicalize(),
+                              GatherExpander(), IntegerDotExpander(), ReduceWindowExpander(), Canonicalize(),
                               AutoCastPass(options.auto_cast, options.auto_cast_type)]
     if opt_level >= 1:
         passes.append(FixedPoint("simplification",
@@ -275,7 +277,7 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
         passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
     every_pass = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                   "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
-                  "gather_expander", "integer_dot_expander", "canonicalize",
+                  "gather_expander", "integer_dot_expander", "reduce_window_expander", "canonicalize",
                   "auto_cast",
                   "simplification", "algebraic_simplifier",
                   "constant_folding", "cse", "dce", "channel_major", "fusion"]

@@ -70,6 +70,8 @@ ENTRY %e (x: {dt}[{dims}], i: {dt}[]) -> ({dt}[{out}]) {{
     ("s32", "maximum", "5,9", "size=2x3 stride=2x1 pad=0_1x1_1", "3,9"),   # exact integers near the range's end
     ("bf16", "minimum", "300", "size=4 stride=3 pad=2_0", "100"),          # init converted to the fp32 accumulator
     ("s32", "multiply", "4,6", "size=1x6 stride=1x1 pad=0_0x5_0", "4,6"),  # a cumulative window
+    ("f32", "maximum", "3,5,6,4", "size=2x3x2x2 stride=1x2x1x2 pad=1_0x1_1x0_1x0_0", "3,3,6,2"),  # 4 windowed dims
+    ("s32", "add", "4,3,5", "size=2x2x3 stride=1x1x1 pad=0_0x0_1x1_1", "3,3,5"),  # 3 windowed dims, exact
 ])
 @pytest.mark.parametrize("level", [0, 2])
 def test_reduce_window_with_runtime_init(dt, op, dims, window, out, level):
