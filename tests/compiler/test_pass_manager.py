@@ -57,13 +57,13 @@ def top_level(opt_level: int, **options) -> list[str]:
 def test_pipelines_per_level():
     control = ["call_inliner", "while_unroller", "conditional_to_select", "arg_reduce_expander",
                "conv_lhs_dilation_expander", "dynamic_slice_expander", "scatter_expander",
-               "gather_expander", "integer_dot_expander"]
+               "gather_expander", "integer_dot_expander", "reduce_window_expander"]
     assert top_level(0) == control + ["canonicalize", "auto_cast"]
     assert top_level(1) == control + ["canonicalize", "auto_cast", "simplification"]
     assert top_level(2) == top_level(3) == control + ["canonicalize", "auto_cast", "simplification", "channel_major",
                                                       "fusion"]
     assert top_level(2, fusion="none") == top_level(1)
-    group = build_pipeline(1).passes[11]
+    group = build_pipeline(1).passes[12]
     assert isinstance(group, FixedPoint)
     assert [p.name for p in group.passes] == ["constant_folding", "algebraic_simplifier", "cse", "dce"]
 
