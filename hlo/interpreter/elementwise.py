@@ -82,9 +82,22 @@ def _remainder(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.where(b == 0, a, np.fmod(a, np.where(b == 0, 1, b))).astype(a.dtype)
 
 
+def _power(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """x ** y; on integers exact with wrap-around, and a negative y gives XLA's result: 1 for x == 1, +-1 for
+    x == -1 (by y's parity), 0 otherwise (numpy refuses negative integer powers)."""
+    if a.dtype.kind not in "iu" or b.dtype.kind not in "iu":
+        return np.power(a, b)
+    negative = b < 0
+    with np.errstate(over="ignore"):
+        result = np.power(a, np.where(negative, 0, b))
+    odd = (b & 1) != 0
+    special = np.where(a == 1, 1, np.where(a == -1, np.where(odd, -1, 1), 0))
+    return np.where(negative, special, result).astype(result.dtype)
+
+
 BINARY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": _divide,
-    "maximum": np.maximum, "minimum": np.minimum, "power": np.power, "remainder": _remainder,
+    "maximum": np.maximum, "minimum": np.minimum, "power": _power, "remainder": _remainder,
     "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor, "atan2": np.arctan2,
 }
 COMPARE = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal, "GT": np.greater,

@@ -87,6 +87,15 @@ def test_binary(op, fn):
     np.testing.assert_allclose(out, fn(a, b), rtol=1e-6)
 
 
+def test_integer_power_of_negative_exponents_is_xlas():
+    """Negative exponents: 1 for x == 1, +-1 for x == -1 by parity, else 0 (numpy raises); others wrap."""
+    x = np.array([1, -1, -1, 2, 0, 3, 7, 2], np.int32)
+    y = np.array([-3, -3, -2, -1, -5, 2, 40, 31], np.int32)
+    (out,) = run("ROOT %r = s32[8] power(%a, %b)", "a: s32[8], b: s32[8]", x, y)
+    assert out.dtype == np.int32
+    np.testing.assert_array_equal(out, [1, -1, 1, 0, 0, 9, pow(7, 40, 2**32) - 2**32, -2**31])
+
+
 def test_integer_and_logical_ops():
     a = np.array([7, -7, 6, -1], np.int32)
     b = np.array([2, 2, -4, 3], np.int32)
