@@ -447,10 +447,19 @@ def _reverse(lw: Lowering, inst: Instruction, ops: list[Value]) -> Value:
     rev = tuple(sorted(inst.attrs.get("dimensions", ())))
     dims = inst.shape.dims
     copies = math.prod(dims[d] for d in rev)
+    name = lw.name(inst)
+    if copies > MAX_REVERSE_COPIES and len(rev) > 1 and sum(dims[d] for d in rev) <= MAX_REVERSE_COPIES:
+        for k, d in enumerate(rev):  # one axis at a time (through scratch): the sum of the sizes, not the product
+            dst = out if k == len(rev) - 1 else lw.b.scratch(x.dtype, dims, label=f"{inst.name} reversed {d}")
+            for i in range(dims[d]):
+                src = tuple((i, i + 1, 1) if a == d else (0, n, 1) for a, n in enumerate(dims))
+                to = tuple((n - 1 - i, n - i, 1) if a == d else (0, n, 1) for a, n in enumerate(dims))
+                copy_kernel(lw.b, x.slice(src), dst.slice(to), name, inst.where())
+            x = dst
+        return out
     if copies > MAX_REVERSE_COPIES:
         raise CompilationError(f"{inst.where()}: reverse over {copies} slices (more than {MAX_REVERSE_COPIES}) is "
                                "not supported by the backend")
-    name = lw.name(inst)
     for idx in itertools.product(*(range(dims[d]) for d in rev)):
         at = dict(zip(rev, idx, strict=True))
         src = tuple((at[d], at[d] + 1, 1) if d in at else (0, n, 1) for d, n in enumerate(dims))

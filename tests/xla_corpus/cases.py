@@ -625,3 +625,31 @@ def _while_swap(a, b):
     def body(i, c):
         return c[0] * 0.5 + c[1] + i.astype(jnp.float32) * 0.01, c[0]
     return lax.fori_loop(0, 40, body, (a, b))
+
+
+@case("reverse_dtypes", "reverse", "jnp.flip of bf16 over two axes of 130 rows, of s8 and pred, of a size-1 axis",
+      f32(130, 3, 2).astype(ml_dtypes.bfloat16), ints(np.int8, 1, 9), ints(np.int32, 4, 5, lo=0, hi=1) > 0)
+def _reverse_dtypes(x, y, p):
+    return jnp.flip(x, axis=(0, 2)), jnp.flip(y, axis=(0, 1)), jnp.flip(p, axis=1)
+
+
+@case("shifts_s16_u32", "shift", "s16 and u32 shifts by amounts in and out of range (negative, = width, more)",
+      ints(np.int16, 3, 6), ints(np.int16, 3, 6, lo=-3, hi=20), ints(np.uint32, 11), ints(np.uint32, 11, lo=0,
+                                                                                              hi=40))
+def _shifts_16_32(a, s, b, t):
+    return (lax.shift_left(a, s), lax.shift_right_arithmetic(a, s), lax.shift_right_logical(a, s),
+            lax.shift_left(b, t), lax.shift_right_logical(b, t))
+
+
+@case("call_nested", "call", "nested jitted helpers, one called twice, on a 0-d and a size-1 value",
+      np.float32(1.5), f32(1, 7))
+def _call_nested(s, x):
+    @jax.jit
+    def inner(v, w):
+        return jnp.tanh(v) * w
+
+    @jax.jit
+    def outer(v, w):
+        return inner(v, w) + inner(w, v)
+
+    return outer(s, x), inner(s, s)
