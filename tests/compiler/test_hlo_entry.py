@@ -161,7 +161,7 @@ def test_errors_name_the_place():
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[2] negate(%x %x)\n}\n")
     with pytest.raises(VerificationError, match=r"%y \(negate\): the shape is declared f32\[3\]"):
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n  ROOT %y = f32[3] negate(%x)\n}\n")
-    with pytest.raises(CompilationError, match=r"%t \(compare\): a float compare with type=TOTALORDER is not "
+    with pytest.raises(CompilationError, match=r"%t \(reverse\): reverse over 300 slices \(more than 256\) is not "
                                                "supported by the backend"):
-        compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[2] parameter(0)\n"
-                         "  ROOT %t = pred[2] compare(%x, %x), direction=LT, type=TOTALORDER\n}\n")
+        compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[300] parameter(0)\n"
+                         "  ROOT %t = f32[300] reverse(%x), dimensions={0}\n}\n")
