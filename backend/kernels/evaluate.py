@@ -27,7 +27,7 @@ import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels import integer
-from backend.kernels.expr import ACT_FUNCS, KEY_DTYPES, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
+from backend.kernels.expr import ACT_FUNCS, FOLD, KEY_DTYPES, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
 from hlo.errors import CompilationError
 from isa.dtypes import WIDE_INTEGERS
 from isa.dtypes import dtype as isa_dtype
@@ -61,20 +61,6 @@ class Coords:
     p0: int
     free: tuple[tuple[int, int, int], ...]
     fixed: tuple[tuple[int, int], ...] = ()
-
-
-FOLD = {
-    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "max": np.maximum,
-    "min": np.minimum, "pow": np.power, "is_equal": np.equal, "not_equal": np.not_equal, "is_gt": np.greater,
-    "is_ge": np.greater_equal, "is_lt": np.less, "is_le": np.less_equal, "logical_and": np.logical_and,
-    "logical_or": np.logical_or, "negate": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-    "tanh": np.tanh, "rsqrt": lambda x: 1 / np.sqrt(x), "reciprocal": lambda x: 1 / x,
-    "square": np.square, "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
-    "select": lambda p, a, b: np.where(p != 0, a, b), "copy": lambda x: x, "convert": lambda x: x,
-    "gelu": lambda x: 0.5 * x * (1 + math.erf(float(x) / math.sqrt(2))),
-    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
-    "silu": lambda x: x / (1 + np.exp(-x)),
-}
 
 
 class TempStore:
@@ -280,9 +266,7 @@ class TileEvaluator:
     def _fold(self, node: Node) -> float | int:
         if node.op == "scalar":
             return node.value
-        if node.op == "total_order_key":
-            return integer.total_order_key_value(self._eval(node.inputs[0]).value, node.inputs[0].dtype)  # type: ignore[union-attr]
-        if integer.is_int_node(node) and node.op not in REDUCE_OPS:
+        if (integer.is_int_node(node) or node.op == "total_order_key") and node.op not in REDUCE_OPS:
             return integer.fold(node, [self._eval(i).value for i in node.inputs])  # type: ignore[union-attr]
         values = [np.float32(self._eval(i).value) for i in node.inputs]  # type: ignore[union-attr]
         if node.op in REDUCE_OPS:
@@ -407,12 +391,12 @@ class TileEvaluator:
         if integer.is_int_node(node) and op not in ("convert", "copy", "select"):
             integer.check_int_op(node)
             self._int_lower(node, out, kind)
-        elif op == "total_order_key":
-            self._total_order_key(node, out, kind)
+        elif op == "total_order_key" or (op == "negate" and node.dtype in KEY_DTYPES):
+            self._bits_op(node, out, kind)  # exact: NaNs change sign too (TOTALORDER compares see it)
         elif op in ("convert", "copy"):
             b.copy(out, self._array(node.inputs[0], kind), f"{self.label} {op}")
         elif op == "negate":
-            self._negate(node, out, kind)
+            b.tensor_scalar(out, self._array(node.inputs[0], kind), "multiply", -1.0, f"{self.label} neg")
         elif op == "select":
             p, x, y = (self._array(i, kind) for i in node.inputs)
             b.select(out, p, x, y, f"{self.label} select")
@@ -422,34 +406,16 @@ class TileEvaluator:
             raise CompilationError(f"{where_of(node)}: elementwise op {op!r} has no instruction mapping")
         self._consume(node)
 
-    def _negate(self, node: Node, out: AccessPattern, kind: str) -> None:
-        """A float negate flips the sign bit (IEEE's negate: NaNs change sign too, which compares with
-        type=TOTALORDER see): an integer xor of the bits on GpSimd, through SBUF copies in the node's type
-        when the operand is held in another type or in PSUM (GpSimd cannot access PSUM)."""
-        src, dtype = self._array(node.inputs[0], kind), node.dtype
-        if dtype not in KEY_DTYPES:
-            self.b.tensor_scalar(out, src, "multiply", -1.0, f"{self.label} neg")
-            return
+    def _bits_op(self, node: Node, out: AccessPattern, kind: str) -> None:
+        """A float negate or total_order_key: integer ops on its bits (integer.BITS_OPS), from SBUF, in its type."""
+        src, dtype = self._array(node.inputs[0], kind), node.inputs[0].dtype
         if src.dtype != dtype or src.memory == "psum":
-            held = self._scratch(kind, dtype)
-            self.b.copy(held, src, f"{self.label} {dtype} operand")
-            src = held
-        dst = out if out.dtype == dtype and out.memory != "psum" else self._scratch(kind, dtype)
-        sign = -(1 << (isa_dtype(dtype).itemsize * 8 - 1))
-        self._int_emit("tensor_scalar", f"{self.label} neg", {"op": "bitwise_xor", **integer.immediate_attrs(sign)},
-                       dst=_reinterpreted(dst, KEY_DTYPES[dtype]), src=_reinterpreted(src, KEY_DTYPES[dtype]))
+            src, held = self._scratch(kind, dtype), src
+            self.b.copy(src, held, f"{self.label} {dtype} operand")
+        dst = out if out.memory != "psum" and out.dtype == node.dtype else self._scratch(kind, node.dtype)
+        integer.BITS_OPS[node.op](self.b, dst, src, f"{self.label} {node.op}")
         if dst is not out:
-            self.b.copy(out, dst, f"{self.label} neg result")
-
-    def _total_order_key(self, node: Node, out: AccessPattern, kind: str) -> None:
-        """The TOTALORDER key of a float operand: its bits reinterpreted in place (exact on GpSimd), from a
-        copy in the float's own type when the operand is held in another one or in PSUM."""
-        src, float_dtype = self._array(node.inputs[0], kind), node.inputs[0].dtype
-        if src.dtype != float_dtype or src.memory == "psum":
-            held = self._scratch(kind, float_dtype)
-            self.b.copy(held, src, f"{self.label} {float_dtype} bits")
-            src = held
-        integer.total_order_keys(self.b, out, src, f"{self.label} total order key")
+            self.b.copy(out, dst, f"{self.label} {node.op} result")
 
     def _int_lower(self, node: Node, out: AccessPattern, kind: str) -> None:
         """An integer node on GpSimd in its exact integer mode (docs/integer-semantics.md)."""
@@ -632,7 +598,3 @@ def dry_operand(kind: str) -> Operand:
     ap = AccessPattern("sbuf", "f32", 0, ((1, 1),))
     return Tensor(ap) if kind == "T" else PVec(ap) if kind == "V" else Scalar(0.0)
 
-
-def _reinterpreted(ap: AccessPattern, dtype: str) -> AccessPattern:
-    """The same bytes read as `dtype` (of the same width)."""
-    return replace(ap, dtype=dtype)

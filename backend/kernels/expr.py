@@ -19,6 +19,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from backend.layout import Buffer, View
 from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
@@ -69,6 +71,20 @@ INT_DTYPES = frozenset({"pred", "i8", "u8", "i16", "u16", "i32", "u32", "i64", "
 UNSIGNED_DTYPES = frozenset({"pred", "u8", "u16", "u32", "u64"})
 # float ISA dtype -> the signed integer type of the same width (its bits, for TOTALORDER keys)
 KEY_DTYPES: dict[str, str] = {"f32": "i32", "bf16": "i16", "f16": "i16", "fp8e4": "i8", "fp8e5": "i8"}
+
+# node op -> numpy function: folding immediates at compile time (evaluate.TileEvaluator._fold)
+FOLD = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.divide, "max": np.maximum,
+    "min": np.minimum, "pow": np.power, "is_equal": np.equal, "not_equal": np.not_equal, "is_gt": np.greater,
+    "is_ge": np.greater_equal, "is_lt": np.less, "is_le": np.less_equal, "logical_and": np.logical_and,
+    "logical_or": np.logical_or, "negate": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
+    "tanh": np.tanh, "rsqrt": lambda x: 1 / np.sqrt(x), "reciprocal": lambda x: 1 / x,
+    "square": np.square, "relu": lambda x: np.maximum(x, 0), "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
+    "select": lambda p, a, b: np.where(p != 0, a, b), "copy": lambda x: x, "convert": lambda x: x,
+    "gelu": lambda x: 0.5 * x * (1 + math.erf(float(x) / math.sqrt(2))),
+    "gelu_tanh": lambda x: 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3))),
+    "silu": lambda x: x / (1 + np.exp(-x)),
+}
 
 # The virtual buffer behind iota views: element e has the value e.
 IOTA = Buffer("f32", 1 << 62, name="<iota>")

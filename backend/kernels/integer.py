@@ -10,6 +10,8 @@ instruction.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from backend.kernels.expr import KEY_DTYPES, Node, where_of
@@ -65,6 +67,8 @@ def wrap(value: int, dtype: str) -> int:
 
 def fold(node: Node, values: list[float | int]) -> int:
     """The value of an integer node of immediates (exact; wrapped to the node's type)."""
+    if node.op == "total_order_key":
+        return total_order_key_value(values[0], node.inputs[0].dtype)
     ints = [int(v) for v in values]
     if any(float(i) != v for i, v in zip(ints, values, strict=True)):
         raise CompilationError(f"{where_of(node)}: integer immediates {values} are not integers")
@@ -105,6 +109,18 @@ def total_order_keys(b, dst: AccessPattern, value: AccessPattern, label: str) ->
            {"op": "shift_right_arith", "scalar": float(width - 1), "op1": "bitwise_and",
             "scalar1": float((1 << (width - 1)) - 1), "math": "int"}, dst=dst, src=bits)
     b.emit("pool", "tensor_tensor", f"{label} flip", {"op": "bitwise_xor", "math": "int"}, dst=dst, a=bits, b=dst)
+
+
+def negate_bits(b, dst: AccessPattern, src: AccessPattern, label: str) -> None:
+    """dst = -src for floats as IEEE's negate: the sign bit flipped (NaNs too), an integer xor on GpSimd."""
+    key = KEY_DTYPES[src.dtype]
+    sign = -(1 << (itemsize(key) * 8 - 1))
+    b.emit("pool", "tensor_scalar", label, {"op": "bitwise_xor", **immediate_attrs(sign), "math": "int"},
+           dst=replace(dst, dtype=key), src=replace(src, dtype=key))
+
+
+# expression ops computed on a float's bits (evaluate.TileEvaluator._bits_op)
+BITS_OPS = {"negate": negate_bits, "total_order_key": total_order_keys}
 
 
 def total_order_key_value(value: float, dtype: str) -> int:
