@@ -421,15 +421,16 @@ class _Attention:
             x, scale = self._scores(fixed, q0, qw, k0, kw, s, tag)
             mc = self._vec(qw)
             b.tensor_reduce(mc, x, "max", f"{tag} rowmax")
-            # the running max of the scores (scale * S, at least NEG_FLOOR) is kept negated: it is the
-            # bias of the exps, so one instruction updates it (-max = min(-scale * rowmax, -max before))
-            neg, alpha = self._vec(qw), None
-            if m is None:
-                b.tensor_scalar(neg, mc, "multiply", -scale, f"{tag} -max", op1="min", scalar1=-NEG_FLOOR)
+            m_new, alpha = self._vec(qw), None
+            if m is None:  # running max of the scores (scale * S), at least NEG_FLOOR
+                b.tensor_scalar(m_new, mc, "multiply", scale, f"{tag} max", op1="max", scalar1=NEG_FLOOR)
             else:
-                b.tensor_scalar(neg, mc, "multiply", -scale, f"{tag} -max", op1="min", scalar1_vec=m)
-                alpha = self._vec(qw)  # exp(max before - max) = exp(-(-max before) + -max)
-                b.activation(alpha, m, "exp", bias=neg, scale=-1.0, comment=f"{tag} rescale")
+                b.tensor_scalar(m_new, mc, "multiply", scale, f"{tag} max", op1="max", scalar1_vec=m)
+            neg = self._vec(qw)
+            b.tensor_scalar(neg, m_new, "multiply", -1.0, f"{tag} -max")
+            if m is not None:
+                alpha = self._vec(qw)
+                b.activation(alpha, m, "exp", bias=neg, comment=f"{tag} rescale")
             p = self.pools["p"].next().flat(plan.compute2, qw, kw)
             lc = self._vec(qw)
             b.activation(p, x, "exp", bias=neg, scale=scale, acc=lc, comment=f"{tag} exp")
@@ -442,7 +443,7 @@ class _Attention:
                 l_sum = l_new
                 b.tensor_scalar(o, o, "multiply", 0.0, f"{tag} rescale out", scalar_vec=alpha)
             self._pv(p, vr, o, qw, k0, kw, first=i == 0, tag=tag)
-            m = neg
+            m = m_new
         store = plan.out.hbm_ap(self.nb, q0, qw, [(self.nb + 1, 0, self.dv)], fixed)
         on_chip = b.resident(store)  # a result kept on chip is written in place where engines may
         out = on_chip or self.pools["out"].next().flat(plan.out.dtype, qw, self.dv)
