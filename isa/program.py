@@ -36,6 +36,16 @@ class AccessPattern:
     tensor: str | None = None  # hbm only
     partition_stride: int = 0  # hbm only: elements between consecutive partitions
 
+    def __hash__(self) -> int:
+        """The dataclass hash (of the fields, in order), computed once per pattern: the emulator's decode and
+        rule checks look patterns up in dicts and sets several times each."""
+        cached = self.__dict__.get("_hash")
+        if cached is None:
+            cached = self.__dict__["_hash"] = hash((self.memory, self.dtype, self.offset, self.pattern,
+                                                    self.start_partition, self.partitions, self.tensor,
+                                                    self.partition_stride))
+        return cached
+
     # Derived sizes are computed once per pattern (a frozen value: GPT-2's compile asks ~65,000 times);
     # cached_property stores them in the instance dict, which equality, hashing and replace() ignore.
     @cached_property

@@ -119,10 +119,10 @@ class RuleChecker:
         for name, ap in inst.operands.items():
             if name == indirect:
                 continue
-            key = (inst.engine, inst.opcode, name, ap)
-            if key not in self.valid_operands:
+            valid, known = self.valid_operands, len(self.valid_operands)
+            valid.add((inst.engine, inst.opcode, name, ap))
+            if len(valid) != known:  # not seen before (a violation raises: the decode ends there)
                 self._operand(who, inst, spec, name, ap)
-                self.valid_operands.add(key)
         OPCODE_RULES.get(inst.opcode, _no_rule)(self, who, inst)
         return spec
 
