@@ -77,6 +77,7 @@ class _Space:
 
     def __init__(self) -> None:
         self.n = 0
+        self.compactions = 0  # how many times add() moved the records (indices change)
         self._alloc(64)
         self.runs: list[tuple[np.ndarray, int] | None] = []
 
@@ -89,6 +90,7 @@ class _Space:
             keep = np.flatnonzero(self.alive[:self.n])
             old = [getattr(self, name)[keep] for name in self.FIELDS]
             self.runs = [self.runs[i] for i in keep]
+            self.compactions += 1
             self._alloc(max(64, 2 * len(keep)))
             n = len(keep)
             for name, values in zip(self.FIELDS, old):
@@ -105,14 +107,15 @@ class _Space:
         self.n += 1
 
     def conflicts(self, box, write: bool, runs) -> tuple[np.ndarray, np.ndarray]:
-        """Indices of live overlapping records that conflict (any write involved), and the ops."""
+        """Indices of the live records whose boxes overlap `box` (of every record for a write, of the
+        writes for a read), and the ops of those that conflict (their runs overlap too, in HBM)."""
         n = self.n
         mask = self.alive[:n] if write else self.alive[:n] & self.write[:n]
         mask = mask & (self.p0[:n] < box[1])
         mask &= self.p1[:n] > box[0]
         mask &= self.lo[:n] < box[3]
         mask &= self.hi[:n] > box[2]
-        idx = np.flatnonzero(mask)
+        overlap = idx = np.flatnonzero(mask)
         if runs is not None and len(idx):
             period, first, last = _period(runs)
             if period:
@@ -120,23 +123,30 @@ class _Space:
                 idx = idx[~apart]
             idx = np.array([i for i in idx if _runs_overlap(runs, self.runs[i])],
                            dtype=np.int64)
-        return idx, self.op[idx] if len(idx) else np.zeros(0, dtype=np.int64)
+        return overlap, self.op[idx] if len(idx) else np.zeros(0, dtype=np.int64)
 
-    def cover(self, box, exclude: int) -> None:
+    def cover(self, box, exclude: int, candidates: np.ndarray | None = None, since: int = 0) -> None:
         """Retire what a write to `box` hides: records inside it go, and a record it cuts at one end
         (all of its partitions and a prefix or suffix of its bytes, or all of its bytes and a prefix or
         suffix of its partitions) shrinks to the rest. A later access that conflicts with the part
         removed conflicts with this write, which follows the record: the order stays, through the
         write, without an edge per record (a row-by-row reload of a buffer many matmuls read would
-        otherwise gather every one of those reads for every later access)."""
+        otherwise gather every one of those reads for every later access).
+
+        `candidates`: the records the write's conflict query found overlapping (all that can, with
+        those added from index `since` on), so that only they are tested again."""
         n = self.n
         p0, p1, lo, hi = self.p0[:n], self.p1[:n], self.lo[:n], self.hi[:n]
-        mask = self.alive[:n] & (p0 < box[1])
-        mask &= p1 > box[0]
-        mask &= lo < box[3]
-        mask &= hi > box[2]
-        mask[exclude] = False
-        idx = np.flatnonzero(mask)
+        if candidates is None:
+            idx = np.arange(n)
+        else:
+            idx = np.concatenate([candidates, np.arange(since, n)])
+        idx = idx[idx != exclude]
+        mask = self.alive[idx] & (p0[idx] < box[1])
+        mask &= p1[idx] > box[0]
+        mask &= lo[idx] < box[3]
+        mask &= hi[idx] > box[2]
+        idx = idx[mask]
         if not len(idx):
             return
         in_p = (p0[idx] >= box[0]) & (p1[idx] <= box[1])
@@ -222,18 +232,24 @@ def dependencies(ops: list[Instruction], untracked: set[str], chain_stationary: 
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, True))
         elif inst.opcode == "multiply_moving":
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, False))
+        overlaps = []  # per access, what its query found overlapping: (records, their count, compactions)
         for space, box, runs, _, write in accesses:
             table = spaces.get(space)
             if table is not None:
-                _, conflict_ops = table.conflicts(box, write, runs)
+                overlap, conflict_ops = table.conflicts(box, write, runs)
                 found.update(conflict_ops.tolist())
-        for space, box, runs, dense, write in accesses:
+                overlaps.append((overlap, table.n, table.compactions))
+            else:
+                overlaps.append((None, 0, 0))
+        for (space, box, runs, dense, write), (overlap, since, compactions) in zip(accesses, overlaps):
             table = spaces.get(space)
             if table is None:
                 table = spaces[space] = _Space()
             table.add(box, write, i, runs)
             if write and (dense or runs is None):  # on chip, conflicts are box overlaps: any write covers
-                table.cover(box, table.n - 1)
+                if overlap is None or compactions != table.compactions:
+                    overlap, since = np.zeros(0, dtype=np.int64), 0  # new table, or indices moved: test all
+                table.cover(box, table.n - 1, overlap, since)
         found.discard(i)
         preds.append(sorted(found))
     return preds
