@@ -51,62 +51,117 @@ def _runs_overlap(a: tuple[np.ndarray, int], b: tuple[np.ndarray, int]) -> bool:
     return bool(np.any(sb[idx[ok]] + lb > sa[ok]))
 
 
+def _period(runs: tuple[np.ndarray, int]) -> tuple[int, int, int]:
+    """(period, first, last) when the runs repeat every `period` bytes and each stays within its period
+    (rows of a tile in a wider matrix): every byte then lies at an offset in [first, last) modulo the
+    period; (0, 0, 0) otherwise."""
+    starts, length = runs
+    if len(starts) < 2:
+        return 0, 0, 0
+    period = int(starts[1] - starts[0])
+    if period <= 0:  # a run read twice (a broadcast)
+        return 0, 0, 0
+    first = int(starts[0]) % period
+    if first + length > period or (len(starts) > 2 and np.any(np.diff(starts) != period)):
+        return 0, 0, 0
+    return period, first, first + length
+
+
 class _Space:
     """The live accesses of one memory space (sbuf, psum, an HBM tensor or PE's stationary): the box
-    bounds as one contiguous array each (the masks below read whole columns)."""
+    bounds as one contiguous array each (the masks below read whole columns). An HBM access also keeps
+    its runs, and their period (_period) when they have one: two accesses of one period whose offsets
+    within it are disjoint never overlap (column tiles of a matrix), decided without their runs."""
+
+    FIELDS = ("p0", "p1", "lo", "hi", "write", "alive", "op", "period", "first", "last")
 
     def __init__(self) -> None:
         self.n = 0
+        self.compactions = 0  # how many times add() moved the records (indices change)
         self._alloc(64)
         self.runs: list[tuple[np.ndarray, int] | None] = []
 
     def _alloc(self, size: int) -> None:
-        self.p0, self.p1, self.lo, self.hi = (np.zeros(size, dtype=np.int64) for _ in range(4))
-        self.write = np.zeros(size, dtype=bool)
-        self.alive = np.zeros(size, dtype=bool)
-        self.op = np.zeros(size, dtype=np.int64)
+        for name in self.FIELDS:
+            setattr(self, name, np.zeros(size, dtype=bool if name in ("write", "alive") else np.int64))
 
     def add(self, box: tuple[int, int, int, int], write: bool, op: int, runs) -> None:
         if self.n == len(self.write):
             keep = np.flatnonzero(self.alive[:self.n])
-            old = (self.p0[keep], self.p1[keep], self.lo[keep], self.hi[keep], self.write[keep], self.op[keep])
+            old = [getattr(self, name)[keep] for name in self.FIELDS]
             self.runs = [self.runs[i] for i in keep]
+            self.compactions += 1
             self._alloc(max(64, 2 * len(keep)))
             n = len(keep)
-            self.p0[:n], self.p1[:n], self.lo[:n], self.hi[:n], self.write[:n], self.op[:n] = old
-            self.alive[:n] = True
+            for name, values in zip(self.FIELDS, old):
+                getattr(self, name)[:n] = values
             self.n = n
         i = self.n
         self.p0[i], self.p1[i], self.lo[i], self.hi[i] = box
         self.write[i] = write
         self.alive[i] = True
         self.op[i] = op
+        if runs is not None:
+            self.period[i], self.first[i], self.last[i] = _period(runs)
         self.runs.append(runs)
         self.n += 1
 
     def conflicts(self, box, write: bool, runs) -> tuple[np.ndarray, np.ndarray]:
-        """Indices of live overlapping records that conflict (any write involved), and the ops."""
+        """Indices of the live records whose boxes overlap `box` (of every record for a write, of the
+        writes for a read), and the ops of those that conflict (their runs overlap too, in HBM)."""
         n = self.n
         mask = self.alive[:n] if write else self.alive[:n] & self.write[:n]
         mask = mask & (self.p0[:n] < box[1])
         mask &= self.p1[:n] > box[0]
         mask &= self.lo[:n] < box[3]
         mask &= self.hi[:n] > box[2]
-        idx = np.flatnonzero(mask)
+        overlap = idx = np.flatnonzero(mask)
         if runs is not None and len(idx):
+            period, first, last = _period(runs)
+            if period:
+                apart = (self.period[idx] == period) & ((self.last[idx] <= first) | (self.first[idx] >= last))
+                idx = idx[~apart]
             idx = np.array([i for i in idx if _runs_overlap(runs, self.runs[i])],
                            dtype=np.int64)
-        return idx, self.op[idx] if len(idx) else np.zeros(0, dtype=np.int64)
+        return overlap, self.op[idx] if len(idx) else np.zeros(0, dtype=np.int64)
 
-    def cover(self, box, exclude: int) -> None:
-        """Retire records inside `box` (a dense write that every later conflicting access will see)."""
+    def cover(self, box, exclude: int, candidates: np.ndarray | None = None, since: int = 0) -> None:
+        """Retire what a write to `box` hides: records inside it go, and a record it cuts at one end
+        (all of its partitions and a prefix or suffix of its bytes, or all of its bytes and a prefix or
+        suffix of its partitions) shrinks to the rest. A later access that conflicts with the part
+        removed conflicts with this write, which follows the record: the order stays, through the
+        write, without an edge per record (a row-by-row reload of a buffer many matmuls read would
+        otherwise gather every one of those reads for every later access).
+
+        `candidates`: the records the write's conflict query found overlapping (all that can, with
+        those added from index `since` on), so that only they are tested again."""
         n = self.n
-        mask = self.p0[:n] >= box[0]
-        mask &= self.p1[:n] <= box[1]
-        mask &= self.lo[:n] >= box[2]
-        mask &= self.hi[:n] <= box[3]
-        mask[exclude] = False
-        self.alive[:n] &= ~mask
+        p0, p1, lo, hi = self.p0[:n], self.p1[:n], self.lo[:n], self.hi[:n]
+        if candidates is None:
+            idx = np.arange(n)
+        else:
+            idx = np.concatenate([candidates, np.arange(since, n)])
+        idx = idx[idx != exclude]
+        mask = self.alive[idx] & (p0[idx] < box[1])
+        mask &= p1[idx] > box[0]
+        mask &= lo[idx] < box[3]
+        mask &= hi[idx] > box[2]
+        idx = idx[mask]
+        if not len(idx):
+            return
+        in_p = (p0[idx] >= box[0]) & (p1[idx] <= box[1])
+        in_b = (lo[idx] >= box[2]) & (hi[idx] <= box[3])
+        self.alive[idx[in_p & in_b]] = False
+        bytes_cut = in_p & ~in_b  # every partition, some bytes: keep the side the box leaves
+        low = bytes_cut & (lo[idx] >= box[2])
+        high = bytes_cut & (hi[idx] <= box[3])
+        lo[idx[low]] = box[3]
+        hi[idx[high]] = box[2]
+        parts_cut = in_b & ~in_p
+        low = parts_cut & (p0[idx] >= box[0])
+        high = parts_cut & (p1[idx] <= box[1])
+        p0[idx[low]] = box[1]
+        p1[idx[high]] = box[0]
 
 
 def _access(ap: AccessPattern) -> tuple[str, tuple[int, int, int, int], tuple[np.ndarray, int] | None, bool]:
@@ -177,16 +232,24 @@ def dependencies(ops: list[Instruction], untracked: set[str], chain_stationary: 
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, True))
         elif inst.opcode == "multiply_moving":
             accesses.append((STATIONARY, (0, 1, 0, 1), None, True, False))
+        overlaps = []  # per access, what its query found overlapping: (records, their count, compactions)
         for space, box, runs, _, write in accesses:
             table = spaces.get(space)
             if table is not None:
-                _, conflict_ops = table.conflicts(box, write, runs)
+                overlap, conflict_ops = table.conflicts(box, write, runs)
                 found.update(conflict_ops.tolist())
-        for space, box, runs, dense, write in accesses:
-            table = spaces.setdefault(space, _Space())
+                overlaps.append((overlap, table.n, table.compactions))
+            else:
+                overlaps.append((None, 0, 0))
+        for (space, box, runs, dense, write), (overlap, since, compactions) in zip(accesses, overlaps):
+            table = spaces.get(space)
+            if table is None:
+                table = spaces[space] = _Space()
             table.add(box, write, i, runs)
-            if write and dense:
-                table.cover(box, table.n - 1)
+            if write and (dense or runs is None):  # on chip, conflicts are box overlaps: any write covers
+                if overlap is None or compactions != table.compactions:
+                    overlap, since = np.zeros(0, dtype=np.int64), 0  # new table, or indices moved: test all
+                table.cover(box, table.n - 1, overlap, since)
         found.discard(i)
         preds.append(sorted(found))
     return preds

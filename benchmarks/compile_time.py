@@ -1,0 +1,68 @@
+"""Compile time per model and depth: CPU and wall seconds of `compiler.compile` (cache off, no .neff write) and
+of its phases, one compile per row, in this process.
+
+    PYTHONPATH=. python benchmarks/compile_time.py gpt2:2 gpt2:12      # examples/gpt2.py at 2 and 12 layers
+    PYTHONPATH=. python benchmarks/compile_time.py llama resnet50       # each example at its full size
+    PYTHONPATH=. python benchmarks/compile_time.py benchmarks/hf_gpt2_small.py
+
+A spec is an example name or a model file, optionally `:LAYERS` (examples' get_model(layers=...)). The phases
+shown are the backend's (lowering (survey), lowering, scheduling) and capture; `passes` sums the HLO passes.
+CPU seconds are the figure to compare on a shared machine (wall includes waiting for the cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import compiler  # noqa: E402
+from compiler.model_files import load_model_file  # noqa: E402
+
+PHASES = ("capture", "lowering (survey)", "lowering", "scheduling")
+
+
+def load(spec: str) -> tuple:
+    """(model, args, kwargs) of `name[:layers]` (an example) or `path.py[:layers]`; the depth reaches the
+    examples through NEURONC_EXAMPLE_LAYERS and benchmarks/hf_gpt2_small.py through GPT2_LAYERS."""
+    name, _, layers = spec.partition(":")
+    path = name if name.endswith(".py") else str(ROOT / "examples" / f"{name}.py")
+    for var in ("NEURONC_EXAMPLE_LAYERS", "GPT2_LAYERS"):
+        os.environ.pop(var, None)
+        if layers:
+            os.environ[var] = layers
+    return load_model_file(path)
+
+
+def measure(spec: str) -> dict[str, float]:
+    model, args, kwargs = load(spec)
+    cpu, wall = time.process_time(), time.perf_counter()
+    exe = compiler.compile(model, args, example_kwargs=kwargs, cache=False, quiet=True)
+    row = {"cpu": time.process_time() - cpu, "wall": time.perf_counter() - wall,
+           "instructions": float(len(exe.program.instructions))}
+    phases = exe.compile_stats.phases
+    row["passes"] = sum(p.cpu_seconds for p in phases if p.kind == "pass")
+    for name in PHASES:
+        row[name] = sum(p.cpu_seconds for p in phases if p.name == name)
+    return row
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("models", nargs="+", help="example name or model file, optionally :LAYERS")
+    args = parser.parse_args(argv)
+    cols = ("cpu", "wall", "capture", "passes", *PHASES[1:])
+    print(f"{'model':<32} {'instr':>8} " + " ".join(f"{c[:16]:>17}" for c in cols) + "   (seconds; phases in CPU s)")
+    for spec in args.models:
+        row = measure(spec)
+        print(f"{spec:<32} {int(row['instructions']):>8} " + " ".join(f"{row[c]:>17.2f}" for c in cols), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
