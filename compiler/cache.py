@@ -9,7 +9,9 @@ hash of the compiler's own source files, so editing the compiler invalidates old
 The cache lives in ``$NEURONC_CACHE_DIR``, else ``$XDG_CACHE_HOME/neuronc``, else
 ``~/.cache/neuronc``; ``NEURONC_CACHE_SIZE_MB`` bounds it (default 4096): after a store the least
 recently used entries go until it fits. An entry is a folder ``<key[:2]>/<key>/`` whose files the
-caller writes (the driver: ``program.neff``, its weights side file, ``executable.json``; no pickle).
+caller writes (compiler/cache_entries.py: a program - ``program.neff``, its weights side file,
+``executable.json`` - or a trace alias naming one, ``alias.json``, keyed by ``frontend.trace_key``; no
+pickle).
 Writes are atomic: an entry is built in a temporary folder and renamed into place, so a reader never
 sees half an entry and two processes storing the same key both succeed (the second finds it there).
 """

@@ -188,6 +188,7 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
         target_machine = load_target(options.target)
         fast = None
         if options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
+            capacity.check_model(model, tuple(example_inputs), target_machine)  # before hashing its weights
             fast = trace_lookup(lambda: trace_key(model, example_inputs, example_kwargs), "export", options,
                                 target_machine, stats)
         if isinstance(fast, Executable):

@@ -105,6 +105,11 @@ def test_tensor_digest_follows_the_values_however_they_change():
     t.numpy()[0] = 6.0  # nor through numpy
     assert tensor_digest(t) not in (first, second)
     assert tensor_digest(torch.zeros(2, dtype=torch.bfloat16)) != tensor_digest(torch.zeros(2, dtype=torch.float16))
+    huge = torch.ones(1).expand(70000, 70000)  # 4 bytes in memory: hashed without a copy
+    assert tensor_digest(huge) != tensor_digest(torch.full((1,), 2.0).expand(70000, 70000))
+    square = torch.arange(6.0).reshape(2, 3)
+    assert tensor_digest(square.t()) != tensor_digest(square.t().contiguous())  # strides are in the digest
+    assert tensor_digest(square[:, 1]) != tensor_digest(square[:, 2])
 
 
 def test_tensor_digest_of_a_strided_view_reads_only_its_storage():
