@@ -34,8 +34,22 @@ def wrap_indices(b: HloBuilder, idx: Instruction, size: int) -> Instruction:
 
 
 def take(b: HloBuilder, x: Instruction, d: int, idx: Instruction) -> Instruction:
-    """x with dim ``d`` replaced by the dims of ``idx`` (rows of x along d picked by idx)."""
+    """x with dim ``d`` replaced by the dims of ``idx`` (rows of x along d picked by idx).
+
+    When dims of x both before and after ``d`` are longer than 1, x's rows along d are not runs of one stride:
+    then every dim before d is indexed too (by its iota), so that the rows are the dims after d, whole (a
+    gather of several indexed dims, which the backend moves row by row whatever the layout)."""
     r, k = x.shape.rank, idx.shape.rank
+    dims = list(x.shape.dims)
+    if any(n > 1 for n in dims[:d]) and any(n > 1 for n in dims[d + 1:]):
+        batch = [*dims[:d], *idx.shape.dims]
+        coords = [b.reshape(b.iota(_INDEX, batch, a), [*batch, 1]) for a in range(d)]
+        coords.append(b.reshape(b.broadcast(b.convert(idx, _INDEX), batch, tuple(range(d, d + k))), [*batch, 1]))
+        sizes = [1 if a <= d else n for a, n in enumerate(dims)]
+        nb = len(batch)
+        return b.gather(x, b.concatenate(coords, nb), offset_dims=tuple(range(nb, nb + r - d - 1)),
+                        collapsed_slice_dims=tuple(range(d + 1)), start_index_map=tuple(range(d + 1)),
+                        index_vector_dim=len(batch), slice_sizes=sizes)
     sizes = [1 if i == d else n for i, n in enumerate(x.shape.dims)]
     offsets = [i if i < d else i + k - 1 for i in range(r) if i != d]
     return b.gather(x, idx, offset_dims=offsets, collapsed_slice_dims=(d,), start_index_map=(d,),
@@ -53,7 +67,10 @@ def index_select(b: HloBuilder, x: Instruction, dim: int, index: Instruction) ->
     require(index.shape.rank <= 1, f"index_select takes a 1-D index, got {list(index.shape.dims)}")
     d = norm_dim(dim, x.shape.rank)
     idx = b.reshape(index, [index.shape.size])
-    return take(b, x, d, wrap_indices(b, idx, x.shape.dims[d] if x.shape.rank else 1))
+    if x.shape.rank == 0:  # torch: the one element (index 0 or -1), still 0-d
+        require(index.shape.size == 1, f"index_select of a 0-d tensor with {index.shape.size} indices")
+        return b.reshape(take(b, b.reshape(x, [1]), 0, wrap_indices(b, idx, 1)), [])
+    return take(b, x, d, wrap_indices(b, idx, x.shape.dims[d]))
 
 
 def gather(b: HloBuilder, x: Instruction, dim: int, index: Instruction, sparse_grad: bool = False) -> Instruction:

@@ -69,8 +69,8 @@ def _layer_norm(b: HloBuilder, x: Instruction, normalized_shape: Sequence[int], 
     scale = None if weight is None else b.broadcast_to(b.convert(weight, compute), x.shape.dims)
     shift = None if bias is None else b.broadcast_to(b.convert(bias, compute), x.shape.dims)
     out = _affine(b, out, scale, shift)
-    return (b.convert(out, out_dtype), keep_dims(b, mean_r, dims, x.shape.dims),
-            keep_dims(b, rstd_r, dims, x.shape.dims))
+    return (b.convert(out, out_dtype), b.convert(keep_dims(b, mean_r, dims, x.shape.dims), out_dtype),
+            b.convert(keep_dims(b, rstd_r, dims, x.shape.dims), out_dtype))  # torch: stats in x's dtype
 
 
 def layer_norm(b: HloBuilder, x: Instruction, normalized_shape: Sequence[int],
@@ -150,7 +150,7 @@ def _group_norm(b: HloBuilder, x: Instruction, groups: int, weight: Instruction 
     out, mean_r, rstd_r = _normalize(b, x, [2], eps)
     out = b.reshape(out, full)
     out = _affine(b, out, _along(b, weight, out, 1), _along(b, bias, out, 1))
-    return b.convert(out, out_dtype), mean_r, rstd_r
+    return b.convert(out, out_dtype), b.convert(mean_r, out_dtype), b.convert(rstd_r, out_dtype)
 
 
 def group_norm(b: HloBuilder, x: Instruction, num_groups: int, weight: Instruction | None = None,

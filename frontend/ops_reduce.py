@@ -113,7 +113,28 @@ def std_mean(b: HloBuilder, x: Instruction, dim: Any = None, correction: Any = N
 def prod_dim(b: HloBuilder, x: Instruction, dim: int, keepdim: bool = False, dtype: Any = None) -> Instruction:
     x = b.convert(x, _accumulation_dtype(x, dtype))
     dims = [norm_dim(dim, x.shape.rank)]
+    if not is_float(x.shape.dtype) and dims[0] != x.shape.rank - 1:
+        return _finish(b, _int_product_tree(b, x, dims[0]), x, dims, keepdim)
     return _finish(b, b.reduce(x, dims, "mul"), x, dims, keepdim)
+
+
+def _int_product_tree(b: HloBuilder, x: Instruction, d: int) -> Instruction:
+    """The integer product along a dim other than the minor one, as log2(n) elementwise multiplies of the
+    dim's two halves (an odd last slice carried over). The machine multiplies integers exactly, wrapping
+    (GpSimd), but has no exact integer product across partitions; the wrapped product is the same in any
+    order, so this is the reduce's value exactly."""
+    r = x.shape.rank
+    if x.shape.dims[d] == 0:
+        return b.full(1, x.shape.dtype, [n for a, n in enumerate(x.shape.dims) if a != d])
+    while x.shape.dims[d] > 1:
+        n, h = x.shape.dims[d], x.shape.dims[d] // 2
+
+        def part(lo: int, hi: int, v: Instruction = x) -> Instruction:
+            return b.slice(v, [(lo, hi, 1) if a == d else (0, v.shape.dims[a], 1) for a in range(r)])
+
+        y = b.binary("multiply", part(0, h), part(h, 2 * h))
+        x = b.concatenate([y, part(2 * h, n)], d) if n % 2 else y
+    return b.reshape(x, [n for a, n in enumerate(x.shape.dims) if a != d])
 
 
 def prod_all(b: HloBuilder, x: Instruction, dtype: Any = None) -> Instruction:
@@ -204,7 +225,10 @@ def _arg_reducer(b: HloBuilder, value_dtype: str, direction: str):
 
 
 def _arg_reduce(b: HloBuilder, x: Instruction, d: int, kind: str) -> tuple[Instruction, Instruction]:
-    """(values, indices) of the max/min along dim ``d``."""
+    """(values, indices) of the max/min along dim ``d``; bool as u8 (False < True, the same order)."""
+    if x.shape.dtype == "pred":
+        values, indices = _arg_reduce(b, b.convert(x, "u8"), d, kind)
+        return b.convert(values, "pred"), indices
     idx = b.iota("s64", x.shape.dims, d)
     inits = [b.scalar(reduction_identity(kind, x.shape.dtype), x.shape.dtype), b.scalar(0, "s64")]
     reducer = _arg_reducer(b, x.shape.dtype, "GT" if kind == "max" else "LT")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from hlo.ir import Instruction, Shape
+from hlo.ir import Instruction, Shape, Window
 
 from .builder import HloBuilder, broadcast_dims
 from .ops_common import Value, norm_dim, operand, require
@@ -67,6 +67,8 @@ def select_scatter(b: HloBuilder, x: Instruction, src: Instruction, dim: int, in
 def index_put(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None], values: Instruction,
               accumulate: bool = False) -> Instruction:
     """``x[i0, :, i2] = values`` (or ``+=`` with accumulate): a scatter of the broadcast values."""
+    if any(i is not None and i.shape.dtype == "pred" for i in indices):
+        return _masked_put(b, x, indices, values, accumulate)
     starts, picked, batch = index_tensor(b, x, indices)
     template = index(b, x, indices)  # the shape x[indices] has, which values broadcast to
     updates = b.convert(b.broadcast_to(values, template.shape.dims), x.shape.dtype)
@@ -80,6 +82,44 @@ def index_put(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | Non
     return b.emit_inferred("scatter", [x, starts, updates], update_window_dims=tuple(window),
                            inserted_window_dims=tuple(picked), scatter_dims_to_operand_dims=tuple(picked),
                            index_vector_dim=len(batch), to_apply=combine)
+
+
+def _masked_put(b: HloBuilder, x: Instruction, indices: Sequence[Instruction | None], values: Instruction,
+                accumulate: bool) -> Instruction:
+    """``x[:, mask] = values`` (or ``+=``): one bool mask over dims p..p+m-1 of x, the other indices None.
+
+    torch broadcasts values to [*x.shape[:p], nnz, *x.shape[p+m:]] (nnz: the mask's True count). When values
+    have no nnz dim (or one of size 1), every masked position takes the same broadcast value: a select. Else
+    the k-th True position (row-major) takes values' k-th slice along that dim, picked by a gather at
+    cumsum(mask) - 1 (the count must equal nnz at run time, as torch requires)."""
+    picked = [(d, i) for d, i in enumerate(indices) if i is not None]
+    p, mask = picked[0]
+    require(len(picked) == 1, "index_put with a bool mask and other index tensors is not supported")
+    m = mask.shape.rank
+    require(m >= 1 and mask.shape.dims == x.shape.dims[p:p + m],
+            f"bool mask {list(mask.shape.dims)} does not match the indexed dims {list(x.shape.dims[p:p + m])}")
+    lead, rest = list(x.shape.dims[:p]), list(x.shape.dims[p + m:])
+    target = len(lead) + 1 + len(rest)
+    require(values.shape.rank <= target, f"values {list(values.shape.dims)} do not broadcast to the masked positions")
+    vals = b.convert(b.reshape(values, [1] * (target - values.shape.rank) + list(values.shape.dims)), x.shape.dtype)
+    count = vals.shape.dims[p]
+    if count == 1:
+        spread = b.broadcast_to(b.reshape(vals, [*vals.shape.dims[:p], *[1] * m, *vals.shape.dims[p + 1:]]),
+                                x.shape.dims)
+    else:
+        size = mask.shape.size
+        flat = b.convert(b.reshape(mask, [size]), _INDEX)
+        rank = b.reduce_window(flat, Window.make([size], pad=[(size - 1, 0)]), "add")  # inclusive cumsum
+        which = b.binary("minimum", b.binary("maximum", b.binary("subtract", rank, b.full(1, _INDEX, [size])),
+                                             b.full(0, _INDEX, [size])), b.full(count - 1, _INDEX, [size]))
+        picked_rows = take(b, vals, p, which)  # gathered before broadcasting: the table stays dense
+        dims = list(vals.shape.dims)
+        spread = b.broadcast_to(b.reshape(picked_rows, [*dims[:p], *mask.shape.dims, *dims[p + 1:]]), x.shape.dims)
+    hit = b.broadcast(mask, x.shape.dims, tuple(range(p, p + m)))
+    if not accumulate:
+        return b.select(hit, spread, x)
+    combined = b.binary("or" if x.shape.dtype == "pred" else "add", x, spread)
+    return b.select(hit, combined, x)
 
 
 def _scatter_elements(b: HloBuilder, x: Instruction, dim: int, index: Instruction, src: Instruction,

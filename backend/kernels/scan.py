@@ -110,7 +110,8 @@ def scan_kernel(builder: ProgramBuilder, plan: ScanPlan) -> None:
     parts = min(b.target.partitions, layout.rows)
     nl = len(layout.loops)
     epilogue = Epilogue(b, plan.epilogue, out, nl, nl + 1, plan.name, parts, n, 2)
-    specs = epilogue.specs() + [PoolSpec("scan", "sbuf", n * 4, 4), PoolSpec("stage", "sbuf", n * 4, 2)]
+    width = max(4, itemsize(acc_dtype), itemsize(x.dtype))  # 8-byte elements for i64/u64 (torch's cumsum of ints)
+    specs = epilogue.specs() + [PoolSpec("scan", "sbuf", n * width, 4), PoolSpec("stage", "sbuf", n * width, 2)]
     if not b.alloc.fits(specs):
         raise CompilationError(f"{plan.where}: a cumulative reduce-window over {n} elements per row does not fit "
                                "in SBUF")
