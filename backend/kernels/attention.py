@@ -297,6 +297,8 @@ class _Attention:
         affine, parts = self.plan.affine, self.b.target.partitions
         if affine is None or affine.diag is None or affine.diag < 0:
             return None
+        if MASK_FILL < float(ml_dtypes.finfo(isa_dtype(self.plan.compute1).numpy).min):
+            return None  # f16 rounds MASK_FILL to -inf, and identity x mask would then add 0 * -inf = NaN
         offsets: set[int] = set()
         for q0 in range(0, self.Tq, self.qmax):
             qw = min(self.qmax, self.Tq - q0)
