@@ -237,15 +237,18 @@ class DotReshapeSinking:
             return operand
         if operand.opcode != "broadcast":
             return self._reshape(operand, tuple(anchor.shape.dims), anchor)
-        new_of_old: dict[int, int] = {}
-        for oi, nj in pairs:
-            if len(oi) == 1 and len(nj) == 1:
-                new_of_old[oi[0]] = nj[0]
-        dims = tuple(operand.attrs.get("dimensions", ()))
-        if any(d not in new_of_old for d in dims):
+        new_of_old = {oi[0]: nj[0] for oi, nj in pairs if len(oi) == 1 and len(nj) == 1}
+        return self._rebroadcast(operand, new_of_old, anchor.shape.dims, anchor)
+
+    def _rebroadcast(self, operand: Instruction, new_of_old: dict[int, int], dims: tuple[int, ...],
+                     anchor: Instruction) -> Instruction | None:
+        """``operand`` (a broadcast) to shape ``dims``, its source dims moved by ``new_of_old``, inserted before
+        ``anchor`` (None when a source dim has no place in the new shape)."""
+        old = tuple(operand.attrs.get("dimensions", ()))
+        if any(d not in new_of_old for d in old):
             return None
-        b = new_instruction(self.module, "broadcast", Shape.array(operand.shape.dtype, anchor.shape.dims),
-                            [operand.operands[0]], {"dimensions": tuple(new_of_old[d] for d in dims)},
+        b = new_instruction(self.module, "broadcast", Shape.array(operand.shape.dtype, dims),
+                            [operand.operands[0]], {"dimensions": tuple(new_of_old[d] for d in old)},
                             metadata=operand.metadata)
         return insert_before(self.comp, anchor, b)
 
@@ -301,14 +304,7 @@ class DotReshapeSinking:
             return operand
         if operand.opcode != "broadcast":
             return None
-        where = {j: i for i, j in enumerate(keep)}
-        dims = tuple(operand.attrs.get("dimensions", ()))
-        if any(d not in where for d in dims):
-            return None
-        b = new_instruction(self.module, "broadcast", Shape.array(operand.shape.dtype, src.shape.dims),
-                            [operand.operands[0]], {"dimensions": tuple(where[d] for d in dims)},
-                            metadata=operand.metadata)
-        return insert_before(self.comp, anchor, b)
+        return self._rebroadcast(operand, {j: i for i, j in enumerate(keep)}, src.shape.dims, anchor)
 
     # -- reshapes of a dot's result sink into the dot ---------------------------------------------------
     def _sink_all(self) -> bool:
