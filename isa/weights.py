@@ -33,7 +33,8 @@ ID_KEY = "neuronc.weights_id"
 _HEADER_LENGTH = struct.Struct("<Q")
 # safetensors' header dtype codes -> the ISA dtype names of isa.dtypes
 FILE_DTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16", "F8_E4M3": "fp8e4", "F8_E5M2": "fp8e5",
-               "I32": "i32", "I8": "i8", "I64": "i64", "U64": "u64"}
+               "I32": "i32", "I8": "i8", "U8": "u8", "I16": "i16", "U16": "u16", "U32": "u32", "BOOL": "pred",
+               "I64": "i64", "U64": "u64"}
 
 
 # Side files read recently: id(constants dict) -> (the dict, id of each array, file, weights id). A

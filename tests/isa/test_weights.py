@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from isa import neff, weights
+from isa.dtypes import DTYPES
 from isa.emulator import run_program
 from isa.errors import NeffError
 from isa.program import AccessPattern, Instruction, Program
@@ -104,3 +105,15 @@ def test_neff_with_weights_outside(tmp_path, mode):
         side.unlink()
         with pytest.raises(NeffError, match="weights file of this .neff is missing"):
             neff.load(path)
+
+
+def test_every_isa_dtype_round_trips(tmp_path):
+    """Each ISA dtype a constant can have is written and read back (a Llama causal mask is pred)."""
+    constants = {d.name: np.arange(6).reshape(2, 3).astype(d.numpy) for d in DTYPES.values()}
+    ident = weights.weights_id(constants)
+    path = tmp_path / "all.neff.safetensors"
+    weights.write(path, constants, ident)
+    expected = {name: (name, (2, 3)) for name in constants}
+    loaded = weights.read(path, ident, expected, verify=True)
+    for name, array in constants.items():
+        assert loaded[name].dtype == array.dtype and loaded[name].tobytes() == array.tobytes()
