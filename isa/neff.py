@@ -39,7 +39,8 @@ its instruction's number; a program without labels has no such key.
 External weights (flag bit 0; ``save(..., weights="external")``, or ``auto`` above 16 MiB): the
 constants section is empty, the header's ``constants`` is ``[]`` and its ``weights`` is ``{file,
 id, tensors: [[name, dtype, shape], ...]}``: the safetensors side file beside the .neff
-(``isa.weights``), memory-mapped at load; ``id`` (SHA-256 of the constants) must match the file's.
+(``isa.weights``), memory-mapped at load; ``id`` (``xxh3-128:`` and the XXH3-128 of the constants; a
+bare SHA-256 hex digest in files written before) must match the file's.
 
 What the container keeps: everything in a Program except ``Instruction.line`` (a position in a
 .s text; decoded as None) and ``Program.constants_file`` (a text-form detail). Instruction comments
@@ -80,6 +81,7 @@ from isa.neff_codec import (
     _U16,
     _U32,
     _WAIT,
+    FastEncoder,
     _decode_fast,
     _Malformed,
 )
@@ -119,7 +121,15 @@ def encode(program: Program, *, weights: dict[str, Any] | None = None) -> bytes:
     strings = _StringTable()
     tensor_index = {name: i for i, name in enumerate(program.tensors)}
     instructions = bytearray(_U32.pack(len(program.instructions)))
+    fast = FastEncoder(tensor_index, strings.add)
     for number, instr in enumerate(program.instructions):
+        mark, known_strings = len(instructions), len(strings.index)
+        try:
+            fast.encode(instr, instructions)
+            continue
+        except Exception:  # noqa: BLE001 - anything unusual: undone, and encoded by the careful encoder below
+            del instructions[mark:]
+            strings.truncate(known_strings)
         try:
             instructions += _encode_instruction(instr, tensor_index, strings)
         except (struct.error, TypeError, ValueError, KeyError) as e:
@@ -197,6 +207,11 @@ class _StringTable:
         if not isinstance(text, str):
             raise TypeError(f"{text!r} is not a string")
         return self.index.setdefault(text, len(self.index))
+
+    def truncate(self, count: int) -> None:
+        """Forget the strings added after the first ``count``."""
+        for text in list(self.index)[count:]:
+            del self.index[text]
 
     def encode(self) -> bytes:
         out = bytearray(_U32.pack(len(self.index)))

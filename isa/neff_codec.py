@@ -1,12 +1,13 @@
-"""The record layouts of a .neff's instruction section (isa/neff.py has the container) and its fast decoder."""
+"""The record layouts of a .neff's instruction section (isa/neff.py has the container), its fast decoder and its
+fast encoder."""
 
 from __future__ import annotations
 
 import struct
 from typing import Any
 
-from isa.dtypes import DTYPE_BY_CODE
-from isa.instructions import OPCODE_BY_CODE
+from isa.dtypes import DTYPE_BY_CODE, DTYPES
+from isa.instructions import OPCODE_BY_CODE, OPCODES
 from isa.program import ENGINES, MEMORIES, AccessPattern, Instruction
 
 _U16, _U32 = struct.Struct("<H"), struct.Struct("<I")
@@ -18,6 +19,7 @@ _PAIR_COUNT = struct.Struct("<B")  # the third byte of _PATTERN_HEAD
 _WAIT = struct.Struct("<II")
 _ATTR_STRUCTS = {int: struct.Struct("<q"), float: struct.Struct("<d")}
 _CHOICE, _STRING = _U16, _U32
+_COMMENT_ORIGIN = struct.Struct("<II")
 
 
 class _Malformed(Exception):
@@ -117,3 +119,96 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
     if pos != size:
         raise _Malformed
     return out
+
+
+# ------------------------------------------------------------------------------------------ encode
+
+_KIND_PLAIN, _KIND_CHOICE, _KIND_STRING = 0, 1, 2
+_ENGINE_INDEX = {name: i for i, name in enumerate(ENGINES)}
+_MEMORY_INDEX = {name: i for i, name in enumerate(MEMORIES)}
+
+
+class _EncodePlan:
+    """Per opcode: what ``FastEncoder`` needs to write its instructions without looking the table up again."""
+
+    __slots__ = ("code", "known", "operands", "attr_count", "attrs", "attr_struct")
+
+    def __init__(self, opcode: str) -> None:
+        spec = OPCODES[opcode]
+        self.code = spec.code
+        self.known = frozenset((*(o.name for o in spec.operands), *(a.name for a in spec.attrs)))
+        self.operands = tuple((o.name, _OPERAND_INDEX.pack(i)) for i, o in enumerate(spec.operands))
+        self.attr_count = _ATTR_COUNT.pack(len(spec.attrs))
+        attrs, layout = [], "<"
+        for a in spec.attrs:
+            if a.kind is int or a.kind is float:
+                attrs.append((a.name, a.default, _KIND_PLAIN, None))
+                layout += "q" if a.kind is int else "d"
+            elif a.choices:
+                attrs.append((a.name, a.default, _KIND_CHOICE, {c: i for i, c in enumerate(a.choices)}))
+                layout += "H"
+            else:
+                attrs.append((a.name, a.default, _KIND_STRING, None))
+                layout += "I"
+        self.attrs = tuple(attrs)
+        self.attr_struct = struct.Struct(layout)
+
+
+class FastEncoder:
+    """Writes instructions the way ``isa.neff._encode_instruction`` does, byte for byte, with the opcode table
+    looked up once per opcode and each distinct access pattern encoded once (Llama's 127,800 instructions:
+    ~2.5 s -> ~0.6 s). It raises on anything unusual; the caller then encodes that instruction with the careful
+    encoder, which names the problem (or accepts what it accepts)."""
+
+    def __init__(self, tensor_index: dict[str, int], add_string) -> None:
+        self.tensor_index = tensor_index
+        self.add_string = add_string
+        self.plans: dict[str, _EncodePlan] = {}
+        self.patterns: dict[AccessPattern, bytes] = {}
+
+    def pattern(self, ap: AccessPattern) -> bytes:
+        raw = self.patterns.get(ap)
+        if raw is None:
+            if ap.dtype not in DTYPES:
+                raise ValueError(ap.dtype)
+            tensor = -1 if ap.tensor is None else self.tensor_index[ap.tensor]
+            raw = _PATTERN_HEAD.pack(_MEMORY_INDEX[ap.memory], DTYPES[ap.dtype].code, len(ap.pattern),
+                                     ap.start_partition, ap.partitions, ap.offset, ap.partition_stride, tensor)
+            raw += b"".join([_PAIR.pack(stride, count) for stride, count in ap.pattern])
+            self.patterns[ap] = raw
+        return raw
+
+    def encode(self, instr: Instruction, out: bytearray) -> None:
+        """Append ``instr``'s record to ``out`` (raises, possibly after appending part of it)."""
+        plan = self.plans.get(instr.opcode)
+        if plan is None:
+            plan = self.plans[instr.opcode] = _EncodePlan(instr.opcode)
+        operands, attrs = instr.operands, instr.attrs
+        if not (plan.known.issuperset(operands) and plan.known.issuperset(attrs)):
+            raise KeyError(instr.opcode)
+        out += _INSTR_HEAD.pack(plan.code, _ENGINE_INDEX[instr.engine], len(operands))
+        for name, index in plan.operands:
+            ap = operands.get(name)
+            if ap is not None:
+                out += index
+                out += self.pattern(ap)
+        out += plan.attr_count
+        values = []
+        get, add = attrs.get, self.add_string
+        for name, default, kind, choices in plan.attrs:
+            value = get(name, default)
+            if kind == _KIND_PLAIN:
+                values.append(value)
+            elif kind == _KIND_CHOICE:
+                values.append(choices[value])
+            else:
+                values.append(add(value))
+        out += plan.attr_struct.pack(*values)
+        out += _COMMENT_ORIGIN.pack(add(instr.comment), add(instr.origin))
+        waits, signals = instr.waits, instr.signals
+        out += _U16.pack(len(waits))
+        for sem, value in waits:
+            out += _WAIT.pack(sem, value)
+        out += _U16.pack(len(signals))
+        for sem in signals:
+            out += _U32.pack(sem)

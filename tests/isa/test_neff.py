@@ -90,6 +90,40 @@ def test_random_programs_round_trip(program: Program) -> None:
     assert neff.encode(decoded) == data
 
 
+def _careful_encode(program: Program) -> bytes:
+    """``neff.encode`` with its fast instruction encoder refusing everything (the careful one writes it all)."""
+    def refuse(self, instr, out):
+        raise RuntimeError("fast encoder off")
+    original = neff.FastEncoder.encode
+    neff.FastEncoder.encode = refuse
+    try:
+        return neff.encode(program)
+    finally:
+        neff.FastEncoder.encode = original
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(with_constants=True))
+def test_fast_encoder_writes_the_careful_encoders_bytes(program: Program) -> None:
+    assert neff.encode(program) == _careful_encode(program)
+
+
+def test_fast_encoder_falls_back_without_a_trace() -> None:
+    """An instruction the fast encoder refuses midway (a float attribute given as text, which the careful
+    encoder converts) leaves no stray bytes or strings: the file is the careful encoder's."""
+    program = _full_program()
+    odd = next(i for i in program.instructions if any(a.kind is float for a in
+                                                      instructions_table.OPCODES[i.opcode].attrs))
+    name = next(a.name for a in instructions_table.OPCODES[odd.opcode].attrs if a.kind is float)
+    odd.attrs[name] = "0.25"
+    odd.comment = "a comment the fast encoder may have added to the string table first"
+    data = neff.encode(program)
+    assert data == _careful_encode(program)
+    decoded = neff.decode(data)
+    assert decoded.instructions[program.instructions.index(odd)].attrs[name] == 0.25
+    assert neff.encode(_full_program()) == _careful_encode(_full_program())
+
+
 def test_free_string_attribute_uses_the_string_table(monkeypatch) -> None:
     spec = OpcodeSpec("label", ("pe",), (OperandSpec("dst", "w", ("psum",)),),
                       (AttrSpec("name", str, "x"), AttrSpec("n", int, 0)), "sync", 99, "Test only.")

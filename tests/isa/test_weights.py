@@ -117,3 +117,18 @@ def test_every_isa_dtype_round_trips(tmp_path):
     loaded = weights.read(path, ident, expected, verify=True)
     for name, array in constants.items():
         assert loaded[name].dtype == array.dtype and loaded[name].tobytes() == array.tobytes()
+
+
+def test_id_is_xxh3_and_sha256_ids_of_older_files_still_verify(tmp_path):
+    path = tmp_path / "m.neff.safetensors"
+    ident = weights.weights_id(CONSTANTS)
+    assert ident.startswith("xxh3-128:") and len(ident) == len("xxh3-128:") + 32
+    changed = {**CONSTANTS, "c": CONSTANTS["c"] + 1}
+    assert weights.weights_id(changed) != ident
+    legacy = weights.weights_id(CONSTANTS, "sha256")
+    assert len(legacy) == 64 and legacy != weights.weights_id(changed, "sha256")
+    weights.write(path, CONSTANTS, legacy)  # a file written before the ids were XXH3
+    weights.read(path, legacy, EXPECTED, verify=True)
+    weights.write(path, changed, legacy)  # damaged: its data no longer matches its (SHA-256) id
+    with pytest.raises(NeffError, match="does not match its id"):
+        weights.read(path, legacy, EXPECTED, verify=True)
