@@ -134,7 +134,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     if args.autotune:
         compile_options = autotune_options(args.model, compile_options, args.entry, args.autotune_workers,
                                            args.autotune_ray, args.retune)
-    exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs)
+    # the model is this process's own and never changes: the program may share its weights' memory
+    exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs, detach=False)
     exe.save(output, weights=compile_options.weights)
     program = exe.program
     stats = exe.compile_stats

@@ -166,8 +166,12 @@ def compile(model: Any, example_inputs: Sequence[Any] = (), target: str = "trn1"
 
 
 def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions,
-                    example_kwargs: dict[str, Any] | None = None) -> Executable:
+                    example_kwargs: dict[str, Any] | None = None, *, detach: bool = True) -> Executable:
     """`compile` with the options already gathered (the CLI builds them from its flags).
+
+    ``detach=False``: the program may keep sharing the model's weight memory (the caller never changes the
+    model afterwards, as the CLI, which saves the program and exits): no copy of the weights it did not
+    re-lay out (Llama's 1 GB embedding table).
 
     Python's cyclic garbage collector is paused meanwhile (and restored after): a compile allocates
     hundreds of thousands of objects that live to its end (fx graphs, HLO, ISA instructions), and the
@@ -175,14 +179,14 @@ def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileO
     paused = gc.isenabled()
     gc.disable()
     try:
-        return _compile_options(model, example_inputs, options, example_kwargs)
+        return _compile_options(model, example_inputs, options, example_kwargs, detach)
     finally:
         if paused:
             gc.enable()
 
 
 def _compile_options(model: Any, example_inputs: Sequence[Any], options: CompileOptions,
-                     example_kwargs: dict[str, Any] | None) -> Executable:
+                     example_kwargs: dict[str, Any] | None, detach: bool = True) -> Executable:
     stats = CompileStats(progress=Progress(enabled=not options.quiet))
     try:
         target_machine = load_target(options.target)
@@ -198,7 +202,7 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
                                                              example_kwargs)
             capacity.check_module(module, target_machine)  # before the verifier: it refuses constants without data
             _verify(module, text, source)
-        exe = _compile_cached(module, target_machine, options, stats)
+        exe = _compile_cached(module, target_machine, options, stats, detach)
         exe.signature = signature
         if fast is not None:
             trace_store(fast, exe)
@@ -208,13 +212,14 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
             stats.progress.close()
 
 
-def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats
-                    ) -> Executable:
-    """`compile_module` through the compile cache (when it is on and nothing is dumped)."""
+def _compile_cached(module: Module, target_machine: Any, options: CompileOptions, stats: CompileStats,
+                    detach: bool = True) -> Executable:
+    """`compile_module` through the compile cache (when it is on and nothing is dumped). The program's
+    weights are detached from the model once stored (they are then the entry's mapped file: no copy)."""
     cache = cache_for(options)
     if cache is None:
         stats.cache = "off"
-        return compile_module(module, target_machine, options, stats)
+        return compile_module(module, target_machine, options, stats, detach=detach)
     with stats.phase("cache lookup", "cache"):
         key = cache_key(print_module(module), _large_constants(module), options.semantic(), target_machine.data)
         entry = cache.get(key)
@@ -227,7 +232,7 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
         exe.compile_stats = stats
         return exe
     stats.cache = f"miss {key}, stored in {cache.entry(key)}"
-    exe = compile_module(module, target_machine, options, stats)
+    exe = compile_module(module, target_machine, options, stats, detach=False)
     with stats.phase("cache store", "cache"):
         try:
             entry = cache.put(key, lambda folder: write_entry(exe, folder))
@@ -236,6 +241,8 @@ def _compile_cached(module: Module, target_machine: Any, options: CompileOptions
             stats.cache = f"miss {key[:16]}, not stored ({getattr(e, 'strerror', None) or e})"
             log.warning("neuronc: compile cache: cannot store %s: %s", key[:16], e)
     log.info("neuronc: compile cache miss %s, stored in %s", key[:16], cache.entry(key))
+    if detach:
+        _detach_from_model(exe.program)  # what the entry did not replace (not stored)
     return exe
 
 
@@ -272,8 +279,9 @@ def backend_options(options: CompileOptions) -> BackendOptions:
 
 
 def compile_module(module: Module, target_machine: Any, options: CompileOptions,
-                   stats: CompileStats | None = None) -> Executable:
-    """Run the pass pipeline and the backend on an HLO module."""
+                   stats: CompileStats | None = None, *, detach: bool = True) -> Executable:
+    """Run the pass pipeline and the backend on an HLO module (``detach``: copy the weights that still
+    share a torch tensor's memory)."""
     stats = stats or CompileStats()
     verify_module(module)
     capacity.check_module(module, target_machine)
@@ -286,7 +294,8 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
         stats.add(run.name, run.seconds, run.peak_bytes, "pass", run.cpu_seconds)
     result = backend_compile(module, target_machine, options=backend_options(options), timer=stats)
     capacity.check_program(result.program, target_machine)
-    _detach_from_model(result.program)
+    if detach:
+        _detach_from_model(result.program)
     result.program.meta.update(input_types=input_types, output_types=output_types)
     exe = Executable(program=result.program, hlo=print_module(module),
                      pass_timing=pipeline.timing_report(), compile_stats=stats,
