@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +31,7 @@ from isa import neff
 from isa import weights as side_weights
 from isa.constants import isa_dtype_of
 from isa.errors import IsaError
+from isa.neff_rewrite import StoredNeff
 from isa.program import Program
 
 log = logging.getLogger("neuronc")
@@ -65,13 +67,54 @@ def map_entry_weights(program: Program, folder: Path) -> None:
     program.constants = mapped
 
 
+class StoredExecutable(Executable):
+    """The Executable of a program entry, its program decoded when first used. Saved before that (``neuronc
+    compile``'s hit), the entry's .neff is rewritten with the new meta instead of decoded and encoded again
+    (isa/neff_rewrite.py: the same bytes; GPT-2: ~0.6 s less). The container, its checksum, its header and
+    the weights file were checked when it was read."""
+
+    def __init__(self, stored: StoredNeff, **fields: Any) -> None:
+        self._stored: StoredNeff | None = stored
+        self._program: Program | None = None
+        super().__init__(program=None, **fields)  # type: ignore[arg-type] - decoded on first use
+
+    @property  # type: ignore[override]
+    def program(self) -> Program:
+        if self._program is None:
+            assert self._stored is not None
+            self._program = neff.decode(self._stored.data, weights_dir=self._stored.path.parent)
+        return self._program
+
+    @program.setter
+    def program(self, value: Program | None) -> None:
+        self._program = value
+        if value is not None:
+            self._stored = None
+
+    def summary(self) -> tuple[str, int, int, int]:
+        if self._program is not None or self._stored is None:
+            return super().summary()
+        header = self._stored.header
+        return (header["target"], self._stored.instruction_count, len(header["inputs"]), len(header["outputs"]))
+
+    def save(self, path: str | os.PathLike, *, weights: str = "auto") -> None:
+        if self._program is not None or self._stored is None:
+            return super().save(path, weights=weights)
+        stored = self._stored
+        if self.compile_stats is None:
+            stored.save(path, self.save_meta(), weights=weights)
+            return
+        with self.compile_stats.phase(".neff write", "output"):
+            stored.save(path, self.save_meta(), weights=weights)
+
+
 def read_entry(folder: Path) -> Executable | None:
     """The Executable of a program entry, or None when it cannot be read (then compiled again)."""
     try:
-        program = neff.load(folder / ENTRY_NEFF)
+        stored = StoredNeff(folder / ENTRY_NEFF)
         texts = json.loads((folder / ENTRY_JSON).read_text())
-        return Executable(program=program, hlo=str(texts["hlo"]), pass_timing=str(texts["pass_timing"]),
-                          reports={str(k): str(v) for k, v in texts["reports"].items()})
+        return StoredExecutable(stored, hlo=str(texts["hlo"]), pass_timing=str(texts["pass_timing"]),
+                                reports={str(k): str(v) for k, v in texts["reports"].items()})
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IsaError) as e:
         log.warning("neuronc: compile cache entry %s unreadable (%s); compiling again", folder, e)
         return None

@@ -137,12 +137,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     # the model is this process's own and never changes: the program may share its weights' memory
     exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs, detach=False)
     exe.save(output, weights=compile_options.weights)
-    program = exe.program
+    target, instructions, inputs, outputs = exe.summary()  # a cache hit's program is never decoded
     stats = exe.compile_stats
     if stats is not None and stats.cache.startswith("hit") and not compile_options.quiet:
         print(f"neuronc: compile cache {stats.cache}", file=sys.stderr)
-    print(f"compiled {args.model} for {program.target}: {len(program.instructions)} instructions, "
-          f"{len(program.inputs)} input(s), {len(program.outputs)} output(s) -> {output}")
+    print(f"compiled {args.model} for {target}: {instructions} instructions, "
+          f"{inputs} input(s), {outputs} output(s) -> {output}")
     if args.timing:
         print(exe.pass_timing)
     if args.time_passes and stats is not None:

@@ -170,15 +170,23 @@ class Executable:
             result.append(values.astype(d.numpy))
         return result
 
+    def summary(self) -> tuple[str, int, int, int]:
+        """(target, instructions, inputs, outputs) of the program."""
+        return (self.program.target, len(self.program.instructions), len(self.program.inputs),
+                len(self.program.outputs))
+
+    def save_meta(self) -> dict[str, str | None]:
+        """What ``save`` records in the program's meta: the HLO text and the calling convention (None: none)."""
+        return {"hlo": self.hlo, "signature": signature_to_json(self.signature)}
+
     def save(self, path: str | os.PathLike, *, weights: str = "auto") -> None:
         """Write the .neff container (atomically); ``weights``: auto, inline or external (a safetensors
         side file beside it, see isa.neff.save)."""
-        self.program.meta["hlo"] = self.hlo
-        text = signature_to_json(self.signature)
-        if text is not None:
-            self.program.meta["signature"] = text
-        else:
-            self.program.meta.pop("signature", None)
+        for key, value in self.save_meta().items():
+            if value is None:
+                self.program.meta.pop(key, None)
+            else:
+                self.program.meta[key] = value
         if self.compile_stats is not None:
             with self.compile_stats.phase(".neff write", "output"):
                 neff.save(self.program, os.fspath(path), weights=weights)

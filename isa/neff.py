@@ -155,11 +155,15 @@ def encode(program: Program, *, weights: dict[str, Any] | None = None) -> bytes:
     if weights is not None:
         header["weights"] = {**weights, "tensors": [[name, isa_dtype_of(a).name, list(np.shape(a))]
                                                     for name, a in program.constants.items()]}
-    sections = [(SECTION_HEADER, json.dumps(header).encode()), (SECTION_STRINGS, strings.encode()),
-                (SECTION_INSTRUCTIONS, bytes(instructions)), (SECTION_CONSTANTS, constants)]
+    return container([(SECTION_HEADER, json.dumps(header).encode()), (SECTION_STRINGS, strings.encode()),
+                      (SECTION_INSTRUCTIONS, instructions), (SECTION_CONSTANTS, constants)],
+                     0 if weights is None else FLAG_EXTERNAL_WEIGHTS)
+
+
+def container(sections: list[tuple[int, bytes | bytearray]], flags: int) -> bytes:
+    """The file of these (kind, body) sections, in order: file header, section table, bodies, checksum."""
     offset = _FILE_HEADER.size + _SECTION_ENTRY.size * len(sections)
     length = offset + sum(len(body) for _, body in sections) + _CHECKSUM_BYTES
-    flags = 0 if weights is None else FLAG_EXTERNAL_WEIGHTS
     out = bytearray(_FILE_HEADER.pack(MAGIC, FORMAT_VERSION, flags, len(sections), length))
     for kind, body in sections:
         out += _SECTION_ENTRY.pack(kind, offset, len(body))
@@ -275,8 +279,13 @@ def _encode_attr(attr: AttrSpec, value: Any, strings: _StringTable) -> bytes:
 def _encode_constants(program: Program) -> tuple[bytes, list[dict[str, Any]]]:
     for name, problem in constant_problems(program.tensors, program.constants):
         raise ProgramError(f"constant {name!r}: {problem}")
+    return _encode_constants_of(program.constants)
+
+
+def _encode_constants_of(constants: dict[str, np.ndarray]) -> tuple[bytes, list[dict[str, Any]]]:
+    """The constants section and the header's entries of these (checked) arrays."""
     blob, entries = bytearray(), []
-    for name, array in program.constants.items():
+    for name, array in constants.items():
         raw = np.require(array, requirements="C").tobytes()
         entries.append({"name": name, "dtype": isa_dtype_of(array).name, "shape": list(array.shape),
                         "offset": len(blob), "nbytes": len(raw)})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import struct
@@ -21,9 +22,9 @@ import tempfile
 from collections import OrderedDict
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import safetensors
 import xxhash
 
 from isa.dtypes import DTYPES
@@ -37,6 +38,10 @@ _HEADER_LENGTH = struct.Struct("<Q")
 FILE_DTYPES = {"F32": "f32", "BF16": "bf16", "F16": "f16", "F8_E4M3": "fp8e4", "F8_E5M2": "fp8e5",
                "I32": "i32", "I8": "i8", "U8": "u8", "I16": "i16", "U16": "u16", "U32": "u32", "BOOL": "pred",
                "I64": "i64", "U64": "u64"}
+
+_FILE_CODES = {np.dtype(DTYPES[name].numpy): code for code, name in FILE_DTYPES.items()}
+DIRECT_MIN_BYTES = 64 << 20  # side files from this size are written with O_DIRECT
+_DIRECT_STAGE, _DIRECT_BLOCK = 8 << 20, 4096
 
 
 # Side files read recently: id(constants dict) -> (the dict, id of each array, file, weights id). A
@@ -98,16 +103,35 @@ def _id_algorithm(ident: str) -> str:
 
 def write(path: str | os.PathLike, constants: Mapping[str, np.ndarray], ident: str) -> None:
     """Write ``constants`` to ``path`` as safetensors, atomically (a temporary file in the same folder,
-    then renamed: a reader never sees a partial file, and two writers of the same file both succeed)."""
+    then renamed: a reader never sees a partial file, and two writers of the same file both succeed).
+
+    The tensors are laid out largest element first (each stays aligned to its element size), the header
+    padded to 8 bytes as the safetensors library does. Above DIRECT_MIN_BYTES the bytes go to the disk with
+    O_DIRECT through one reused aligned buffer: the kernel's page cache copy of a large new file cost ~2 CPU
+    s per GB here (Llama's 2.7 GB side file: ~5 CPU s, ~10 s wall) against ~0.15 through O_DIRECT. A file
+    system without O_DIRECT is written the ordinary way."""
     path = Path(path)
-    arrays = {name: np.ascontiguousarray(a) for name, a in constants.items()}  # alive while serializing
-    specs = {name: safetensors.TensorSpec(dtype=a.dtype.name, shape=list(a.shape), data_ptr=a.ctypes.data,
-                                          data_len=a.nbytes)
-             for name, a in arrays.items()}
+    order = sorted(constants, key=lambda name: -np.dtype(constants[name].dtype).itemsize)
+    header: dict[str, Any] = {"__metadata__": {ID_KEY: ident}}
+    offset = 0
+    for name in order:
+        array = constants[name]
+        code = _FILE_CODES.get(np.dtype(array.dtype))
+        if code is None:
+            raise NeffError(f"constant {name!r}: dtype {array.dtype} has no safetensors code")
+        header[name] = {"dtype": code, "shape": list(array.shape), "data_offsets": [offset, offset + array.nbytes]}
+        offset += array.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    pieces = [_HEADER_LENGTH.pack(len(text)) + text, *(constants[name] for name in order)]
+    total = len(pieces[0]) + offset
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
-        safetensors.serialize_file(specs, tmp, metadata={ID_KEY: ident})
+        if total < DIRECT_MIN_BYTES or not _write_direct(tmp, pieces, total):
+            with open(tmp, "wb", buffering=0) as f:
+                for piece in pieces:
+                    _write_all(f.fileno(), _bytes_of(piece))
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
@@ -115,7 +139,52 @@ def write(path: str | os.PathLike, constants: Mapping[str, np.ndarray], ident: s
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    del arrays
+
+
+def _bytes_of(piece: bytes | np.ndarray) -> memoryview:
+    if isinstance(piece, bytes):
+        return memoryview(piece)
+    return memoryview(np.ascontiguousarray(piece).reshape(-1).view(np.uint8))
+
+
+def _write_all(fd: int, data: memoryview) -> None:
+    while len(data):
+        data = data[os.write(fd, data):]
+
+
+def _write_direct(tmp: str, pieces: list, total: int) -> bool:
+    """Write ``pieces`` to ``tmp`` with O_DIRECT (False when the file system refuses it: nothing written)."""
+    flag = getattr(os, "O_DIRECT", 0)
+    if not flag:
+        return False
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_TRUNC | flag)
+    except OSError:
+        return False
+    stage = mmap.mmap(-1, _DIRECT_STAGE)  # page-aligned, as O_DIRECT wants
+    try:
+        fill = 0
+        for piece in pieces:
+            data = _bytes_of(piece)
+            while len(data):
+                n = min(_DIRECT_STAGE - fill, len(data))
+                stage[fill:fill + n] = data[:n]
+                fill, data = fill + n, data[n:]
+                if fill == _DIRECT_STAGE:
+                    _write_all(fd, memoryview(stage))
+                    fill = 0
+        if fill:
+            padded = fill + (-fill % _DIRECT_BLOCK)
+            stage[fill:padded] = bytes(padded - fill)
+            _write_all(fd, memoryview(stage)[:padded])
+        os.ftruncate(fd, total)
+    except OSError:
+        os.ftruncate(fd, 0)  # e.g. an alignment the file system wants larger: written the ordinary way
+        return False
+    finally:
+        os.close(fd)
+        stage.close()
+    return True
 
 
 def read(path: str | os.PathLike, ident: str, expected: Mapping[str, tuple[str, tuple[int, ...]]], *,

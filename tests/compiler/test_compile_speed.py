@@ -14,6 +14,7 @@ import torch
 
 import compiler
 from compiler.cache import CompileCache
+from compiler.cache_entries import StoredExecutable
 from compiler.cli import main
 from compiler.stats import Progress
 from isa import weights
@@ -48,6 +49,27 @@ def test_saving_a_cached_program_links_its_weights(tmp_path):
     assert weights.side_path(tmp_path / "m.neff").samefile(weights.side_path(entry / "program.neff"))
     again = compiler.load(tmp_path / "m.neff")
     np.testing.assert_array_equal(again.run(*example)[0], exe.run(*example)[0])
+
+
+@pytest.mark.parametrize("mode", ["auto", "inline", "external"])
+def test_a_hit_saved_undecoded_writes_the_bytes_of_the_decoded_program(tmp_path, mode):
+    """A cache hit saved before its program is used rewrites the entry's .neff (header with the new meta, the
+    instruction section copied) instead of decoding and encoding it: the same file as the decoded program's."""
+    model, example = _model()
+    compiler.compile(model, example)
+    fast, slow = compiler.compile(model, example), compiler.compile(model, example)
+    assert isinstance(fast, StoredExecutable) and fast.compile_stats.cache.startswith("hit")
+    assert fast.summary() == slow.summary()  # from the header, without decoding
+    decoded = slow.program  # decoded: saved by encoding it
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    fast.save(tmp_path / "a" / "m.neff", weights=mode)
+    assert fast._program is None  # never decoded
+    slow.save(tmp_path / "b" / "m.neff", weights=mode)
+    assert (tmp_path / "a" / "m.neff").read_bytes() == (tmp_path / "b" / "m.neff").read_bytes()
+    assert weights.side_path(tmp_path / "a" / "m.neff").exists() == (mode == "external")
+    again = compiler.load(tmp_path / "a" / "m.neff")
+    np.testing.assert_array_equal(again(*example).numpy(), slow(*example).numpy())
+    assert fast.summary() == (decoded.target, len(decoded.instructions), 1, 1)
 
 
 def test_options_that_change_the_program_change_the_key_and_the_others_do_not(tmp_path):

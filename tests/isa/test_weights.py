@@ -132,3 +132,21 @@ def test_id_is_xxh3_and_sha256_ids_of_older_files_still_verify(tmp_path):
     weights.write(path, changed, legacy)  # damaged: its data no longer matches its (SHA-256) id
     with pytest.raises(NeffError, match="does not match its id"):
         weights.read(path, legacy, EXPECTED, verify=True)
+
+
+def test_direct_io_writes_the_same_file(tmp_path, monkeypatch):
+    """Large side files are written with O_DIRECT through an aligned buffer (or the ordinary way where the file
+    system refuses it): the same bytes, readable by safetensors itself."""
+    big = {**CONSTANTS, "f": np.arange(5000, dtype=np.float32).reshape(50, 100), "g": np.ones(3, np.int64)}
+    ident = weights.weights_id(big)
+    weights.write(tmp_path / "plain.safetensors", big, ident)
+    monkeypatch.setattr(weights, "DIRECT_MIN_BYTES", 0)
+    monkeypatch.setattr(weights, "_DIRECT_STAGE", 8192)  # several flushes and a padded tail
+    weights.write(tmp_path / "direct.safetensors", big, ident)
+    data = (tmp_path / "direct.safetensors").read_bytes()
+    assert data == (tmp_path / "plain.safetensors").read_bytes()
+    expected = {**EXPECTED, "f": ("f32", (50, 100)), "g": ("i64", (3,))}
+    loaded = weights.read(tmp_path / "direct.safetensors", ident, expected, verify=True)
+    assert all(loaded[k].tobytes() == v.tobytes() for k, v in big.items())
+    torch_loaded = load_file(tmp_path / "direct.safetensors")
+    assert np.array_equal(torch_loaded["f"].numpy(), big["f"]) and torch_loaded["g"].tolist() == [1, 1, 1]
