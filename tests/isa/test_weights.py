@@ -137,7 +137,8 @@ def test_id_is_xxh3_and_sha256_ids_of_older_files_still_verify(tmp_path):
 def test_direct_io_writes_the_same_file(tmp_path, monkeypatch):
     """Large side files are written with O_DIRECT through an aligned buffer (or the ordinary way where the file
     system refuses it): the same bytes, readable by safetensors itself."""
-    big = {**CONSTANTS, "f": np.arange(5000, dtype=np.float32).reshape(50, 100), "g": np.ones(3, np.int64)}
+    big = {**CONSTANTS, "f": np.arange(5000, dtype=np.float32).reshape(50, 100), "g": np.ones(3, np.int64),
+           "h": np.array([True, False, True]), "i": np.arange(4, dtype=np.uint16), "j": np.arange(3, dtype=np.uint8)}
     ident = weights.weights_id(big)
     weights.write(tmp_path / "plain.safetensors", big, ident)
     monkeypatch.setattr(weights, "DIRECT_MIN_BYTES", 0)
@@ -145,8 +146,10 @@ def test_direct_io_writes_the_same_file(tmp_path, monkeypatch):
     weights.write(tmp_path / "direct.safetensors", big, ident)
     data = (tmp_path / "direct.safetensors").read_bytes()
     assert data == (tmp_path / "plain.safetensors").read_bytes()
-    expected = {**EXPECTED, "f": ("f32", (50, 100)), "g": ("i64", (3,))}
+    expected = {**EXPECTED, "f": ("f32", (50, 100)), "g": ("i64", (3,)), "h": ("pred", (3,)), "i": ("u16", (4,)),
+                "j": ("u8", (3,))}
     loaded = weights.read(tmp_path / "direct.safetensors", ident, expected, verify=True)
     assert all(loaded[k].tobytes() == v.tobytes() for k, v in big.items())
     torch_loaded = load_file(tmp_path / "direct.safetensors")
     assert np.array_equal(torch_loaded["f"].numpy(), big["f"]) and torch_loaded["g"].tolist() == [1, 1, 1]
+    assert torch_loaded["h"].tolist() == [True, False, True]
