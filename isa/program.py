@@ -11,12 +11,30 @@ Text syntax of an access pattern (see docs/isa.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 from math import prod
 
 import numpy as np
 
 from isa.dtypes import dtype as lookup_dtype
+
+
+class _cached:
+    """functools.cached_property without its lock (Python 3.11 takes an RLock on every first computation: the
+    compiler makes ~500,000 patterns, each computing its sizes once). The value goes into the instance dict,
+    which then answers every later read (a non-data descriptor)."""
+
+    def __init__(self, func):
+        self.func, self.name, self.__doc__ = func, func.__name__, func.__doc__
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
+
 
 MEMORIES = ("sbuf", "psum", "hbm")
 ENGINES = ("pe", "act", "dve", "pool", "sp")
@@ -47,25 +65,25 @@ class AccessPattern:
         return cached
 
     # Derived sizes are computed once per pattern (a frozen value: GPT-2's compile asks ~65,000 times);
-    # cached_property stores them in the instance dict, which equality, hashing and replace() ignore.
-    @cached_property
+    # _cached stores them in the instance dict, which equality, hashing and replace() ignore.
+    @_cached
     def free_shape(self) -> tuple[int, ...]:
         return tuple(c for _, c in self.pattern)
 
-    @cached_property
+    @_cached
     def free_size(self) -> int:
         """Elements per partition."""
         return prod(self.free_shape)
 
-    @cached_property
+    @_cached
     def shape(self) -> tuple[int, ...]:
         return (self.partitions, *self.free_shape)
 
-    @cached_property
+    @_cached
     def itemsize(self) -> int:
         return lookup_dtype(self.dtype).itemsize
 
-    @cached_property
+    @_cached
     def nbytes(self) -> int:
         return self.partitions * self.free_size * self.itemsize
 
