@@ -11,16 +11,26 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from compiler.sweep.grid import SweepError
 
-try:
-    import matplotlib
+plt: Any = None  # matplotlib.pyplot, imported when a chart is drawn (0.3 s: not at every `neuronc` start)
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-except ImportError:  # optional dependency (the `sweep` extra): write_charts says how to get it
-    plt = None
+
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend, or None without matplotlib (write_charts says how to get it)."""
+    global plt
+    if plt is None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")  # files only, no display
+            import matplotlib.pyplot
+        except ImportError:  # optional dependency (the `sweep` extra)
+            return None
+        plt = matplotlib.pyplot
+    return plt
 
 AXES = {"hbm": ("hbm_bytes", "HBM traffic (MiB)", 2**20), "sbuf": ("peak_sbuf_bytes", "peak SBUF (MiB)", 2**20)}
 
@@ -46,6 +56,7 @@ def label(row: dict[str, str], option_names: list[str]) -> str:
 
 
 def write_pareto(rows: list[dict[str, str]], option_names: list[str], path: Path, axis: str = "hbm") -> None:
+    plt = _pyplot()
     column, xlabel, scale = AXES[axis]
     models = list(dict.fromkeys(r["model"] for r in rows))
     cols = min(3, len(models)) or 1
@@ -87,6 +98,7 @@ def write_pareto(rows: list[dict[str, str]], option_names: list[str], path: Path
 
 
 def write_bars(rows: list[dict[str, str]], option_names: list[str], model: str, path: Path) -> None:
+    plt = _pyplot()
     mine = [r for r in rows if r["model"] == model]
     labels = [label(r, option_names) for r in mine]
     times = [float(r["sim_us"]) if r.get("status") == "ok" else 0.0 for r in mine]
@@ -110,7 +122,7 @@ def write_bars(rows: list[dict[str, str]], option_names: list[str], model: str, 
 
 def write_charts(rows: list[dict[str, str]], option_names: list[str], out: Path, axis: str = "hbm") -> list[Path]:
     """pareto.png and bars_<model>.png in `out`; returns the paths written."""
-    if plt is None:
+    if _pyplot() is None:
         raise SweepError(f"the charts need matplotlib: pip install 'neuronc[sweep]' (results are in "
                          f"{out / 'results.csv'}; --no-charts skips them)")
     written = [out / "pareto.png"]
