@@ -164,10 +164,12 @@ class FastEncoder:
         self.tensor_index = tensor_index
         self.add_string = add_string
         self.plans: dict[str, _EncodePlan] = {}
-        self.patterns: dict[AccessPattern, bytes] = {}
+        # by object: the instructions (alive while encoding) share pattern objects, and an id costs no
+        # Python-level __hash__/__eq__ call
+        self.patterns: dict[int, bytes] = {}
 
     def pattern(self, ap: AccessPattern) -> bytes:
-        raw = self.patterns.get(ap)
+        raw = self.patterns.get(id(ap))
         if raw is None:
             if ap.dtype not in DTYPES:
                 raise ValueError(ap.dtype)
@@ -175,7 +177,7 @@ class FastEncoder:
             raw = _PATTERN_HEAD.pack(_MEMORY_INDEX[ap.memory], DTYPES[ap.dtype].code, len(ap.pattern),
                                      ap.start_partition, ap.partitions, ap.offset, ap.partition_stride, tensor)
             raw += b"".join([_PAIR.pack(stride, count) for stride, count in ap.pattern])
-            self.patterns[ap] = raw
+            self.patterns[id(ap)] = raw
         return raw
 
     def encode(self, instr: Instruction, out: bytearray) -> None:
