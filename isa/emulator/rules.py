@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 from typing import NoReturn
 
@@ -60,14 +59,25 @@ def describe(index: int, inst: Instruction) -> str:
     return f"instruction #{index} {inst.engine}.{inst.opcode}{line}"
 
 
-@lru_cache(maxsize=1 << 16)
-def _element_count(pattern: tuple[tuple[int, int], ...]) -> int:
-    return prod(count for _, count in pattern)
+class _Who:
+    """``describe(index, inst)``, formatted when a message uses it (``f"{who}: ..."``): a rule check names its
+    instruction only when it fails, and decode checks tens of thousands."""
+
+    __slots__ = ("index", "inst")
+
+    def __init__(self, index: int, inst: Instruction):
+        self.index, self.inst = index, inst
+
+    def __str__(self) -> str:
+        return describe(self.index, self.inst)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def free_size(ap: AccessPattern) -> int:
-    """Elements per partition (``AccessPattern.free_size``, memoized: decode asks it often)."""
-    return _element_count(ap.pattern)
+    """Elements per partition (``AccessPattern.free_size``: computed once per pattern object)."""
+    return ap.free_size
 
 
 def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
@@ -100,30 +110,34 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, pattern) already found valid: compiled programs repeat them a lot
-        self.valid_operands: set[tuple[str, str, str, AccessPattern]] = set()
+        # (engine, opcode, operand, id(pattern)) already found valid: compiled programs repeat them a lot
+        self.valid_operands: set[tuple[str, str, str, int]] = set()
         # structures (engine, opcode, operand names, attributes with their types) already found valid
         self.valid_structures: dict[tuple, OpcodeSpec] = {}
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
-        who = describe(index, inst)
+        who = _Who(index, inst)  # the instruction's name, formatted only when a message needs it
         spec = self._structure(who, inst)
-        if inst.engine not in spec.engines:
-            self._fail(who, f"{inst.opcode} cannot run on engine {inst.engine}",
-                       f"allowed engines: {', '.join(spec.engines)}")
+        engine, opcode = inst.engine, inst.opcode
+        if engine not in spec.engines:
+            self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
         n_sems = self.target.data["semaphores"]
-        for sem in [s for s, _ in inst.waits] + list(inst.signals):
+        for sem, _ in inst.waits:
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
-        indirect = indirect_side(inst.opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
+        for sem in inst.signals:
+            if not 0 <= sem < n_sems:
+                self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        indirect = indirect_side(opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
+        valid = self.valid_operands
         for name, ap in inst.operands.items():
             if name == indirect:
                 continue
-            valid, known = self.valid_operands, len(self.valid_operands)
-            valid.add((inst.engine, inst.opcode, name, ap))
-            if len(valid) != known:  # not seen before (a violation raises: the decode ends there)
+            key = (engine, opcode, name, id(ap))  # by identity: the program keeps its patterns alive
+            if key not in valid:  # not seen before (a violation raises: the decode ends there)
                 self._operand(who, inst, spec, name, ap)
-        OPCODE_RULES.get(inst.opcode, _no_rule)(self, who, inst)
+                valid.add(key)
+        OPCODE_RULES.get(opcode, _no_rule)(self, who, inst)
         return spec
 
     @staticmethod
@@ -131,8 +145,10 @@ class RuleChecker:
         raise RuleViolation(f"{who}: {rule}: {values}")
 
     def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
-        key = (inst.engine, inst.opcode, tuple(inst.operands),
-               tuple((name, type(value), value) for name, value in inst.attrs.items()))
+        attrs, operands = inst.attrs, inst.operands
+        # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
+        key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
+               *map(type, attrs.values()))
         spec = self.valid_structures.get(key)
         if spec is None:
             spec = self.valid_structures[key] = self._check_structure(who, inst)
