@@ -98,7 +98,7 @@ def _reshaped(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
 def _dma_runner(dst: np.ndarray, src: np.ndarray) -> Runner:
     """``dst[...] = src.reshape(dst.shape)``: with the reshaped source built once when it is a view (a C call
     per run, no Python frame)."""
-    source = _reshaped(src, dst.shape)
+    source = src if src.shape == dst.shape else _reshaped(src, dst.shape)
     if source is None:
         return lambda: dst.__setitem__(Ellipsis, src.reshape(dst.shape))
     return partial(dst.__setitem__, Ellipsis, source)
@@ -121,6 +121,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     known, make_view = memory.views, memory.make_view  # one view per distinct pattern
     by_id: dict[int, np.ndarray] = {}  # id(pattern) -> its view (patterns live as long as the program)
     runs: dict[int, int] = {}  # id(pattern) -> contiguous_runs(pattern)
+    shapes: dict[tuple, int] = {}  # (in HBM, pattern, partitions, partition stride) -> contiguous_runs
     engine_costs: dict[tuple[str, str], float] = {}
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
     dependent = frozenset(target.data["stream"]["dependent_overhead_engines"])
@@ -139,8 +140,12 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
 
     def runs_of(ap: AccessPattern) -> int:
         count = runs.get(id(ap))
-        if count is None:
-            count = runs[id(ap)] = contiguous_runs(ap)
+        if count is None:  # the same for patterns that differ only in where they start
+            key = (ap.memory == "hbm", ap.pattern, ap.partitions, ap.partition_stride)
+            count = shapes.get(key)
+            if count is None:
+                count = shapes[key] = contiguous_runs(ap)
+            runs[id(ap)] = count
         return count
 
     for index, inst in enumerate(program.instructions):
