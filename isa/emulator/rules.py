@@ -112,6 +112,9 @@ class RuleChecker:
         self.stream = target.data["stream"]
         # (engine, opcode, operand, id(pattern)) already found valid: compiled programs repeat them a lot
         self.valid_operands: set[tuple[str, str, str, int]] = set()
+        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes relative to the offset
+        self.geometries: dict[tuple, tuple[int, int]] = {}
+        self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid
         self.valid_structures: dict[tuple, OpcodeSpec] = {}
 
@@ -135,7 +138,7 @@ class RuleChecker:
                 continue
             key = (engine, opcode, name, id(ap))  # by identity: the program keeps its patterns alive
             if key not in valid:  # not seen before (a violation raises: the decode ends there)
-                self._operand(who, inst, spec, name, ap)
+                self._placed_operand(who, inst, spec, name, ap)
                 valid.add(key)
         OPCODE_RULES.get(opcode, _no_rule)(self, who, inst)
         return spec
@@ -209,21 +212,43 @@ class RuleChecker:
             decl = self.program.tensors.get(ap.tensor or "")
             if decl is None:
                 raise ProgramError(f"{who}: {what}: unknown HBM tensor {ap.tensor!r}")
-            if lo < 0 or hi > decl.nbytes:
-                self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
-                           f"bytes [{lo}, {hi}) of a {decl.nbytes}-byte tensor")
+            self._bounds(who, what, ap, lo, hi)
             return
         self._partitions(who, what, ap, start_rule=inst.engine != "sp")
-        size = (self.target.sbuf_partition_bytes if ap.memory == "sbuf"
-                else self.target.psum_partition_bytes)
-        if lo < 0 or hi > size:
-            self._fail(who, f"{what}: access outside the {ap.memory} partition",
-                       f"bytes [{lo}, {hi}) of {size}")
+        self._bounds(who, what, ap, lo, hi)
         if inst.engine in ("act", "dve", "pool"):
             limit = self.stream["max_free_sbuf" if ap.memory == "sbuf" else "max_free_psum"]
             if free_size(ap) > limit:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
                            f"{free_size(ap)} elements > {limit}")
+
+    def _placed_operand(self, who: str, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern) -> None:
+        """``_operand``, once per geometry: patterns that differ only in their offset pass or fail every rule
+        alike but the bounds, which are checked here for each offset (the tiles of one DMA loop share all but
+        their offsets)."""
+        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
+               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
+        reach = self.geometries.get(key)
+        if reach is None:
+            self._operand(who, inst, spec, name, ap)
+            lo, hi = byte_bounds(ap)
+            self.geometries[key] = (lo - ap.offset, hi - ap.offset)
+            return
+        self._bounds(who, f"operand {name}", ap, ap.offset + reach[0], ap.offset + reach[1])
+
+    def _bounds(self, who: str, what: str, ap: AccessPattern, lo: int, hi: int) -> None:
+        """The bytes [lo, hi) of ``ap`` lie inside its HBM tensor or its SBUF/PSUM partition."""
+        if ap.memory == "hbm":
+            size = self.tensor_bytes.get(ap.tensor)
+            if size is None:
+                size = self.tensor_bytes[ap.tensor] = self.program.tensors[ap.tensor].nbytes
+            if lo < 0 or hi > size:
+                self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
+                           f"bytes [{lo}, {hi}) of a {size}-byte tensor")
+            return
+        size = self.target.sbuf_partition_bytes if ap.memory == "sbuf" else self.target.psum_partition_bytes
+        if lo < 0 or hi > size:
+            self._fail(who, f"{what}: access outside the {ap.memory} partition", f"bytes [{lo}, {hi}) of {size}")
 
     def _partitions(self, who: str, what: str, ap: AccessPattern, start_rule: bool) -> None:
         """Partition range; the start-partition rule binds the compute engines' SBUF/PSUM ports,

@@ -248,3 +248,21 @@ def test_scheduler_shortcuts_change_no_time_and_no_order(name):
     assert fast == slow
     for key in slow_out:
         np.testing.assert_array_equal(fast_out[key], slow_out[key])
+
+
+@pytest.mark.parametrize("side", ["hbm", "sbuf"])
+def test_operands_of_a_checked_geometry_still_have_their_bounds_checked(side):
+    """Rule checks run once per operand geometry (all but the offset); each offset's bounds are still checked."""
+    def load(offset: int):
+        if side == "hbm":
+            return ins("sp", "dma", dst=sb(0, 4, 0, [[1, 8]]), src=hb("x", offset, [[8, 4], [1, 8]]), queue=0)
+        return ins("sp", "dma", dst=sb(0, 4, offset, [[1, 8]]), src=hb("x", 0, [[8, 4], [1, 8]]), queue=0)
+
+    last = 4 * 8 * 4 if side == "hbm" else 192 * 1024  # the tensor's bytes, SBUF's bytes per partition
+    fine = program([("x", "input", "f32", (4, 8))], [load(0), load(0 if side == "hbm" else last - 32)])
+    run_program(fine, {"x": np.zeros((4, 8), np.float32)})
+    bad = program([("x", "input", "f32", (4, 8))], [load(0), load(0), load(4 if side == "hbm" else last - 28)])
+    where = "HBM tensor x" if side == "hbm" else "the sbuf partition"
+    with pytest.raises(RuleViolation, match=rf"instruction #2 sp.dma: operand (src|dst): access outside {where}: "
+                                            rf"bytes \[\d+, {last + 4}\)"):
+        run_program(bad, {"x": np.zeros((4, 8), np.float32)})
