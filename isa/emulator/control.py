@@ -194,6 +194,7 @@ class ControlScheduler(Scheduler):
         stream.pending = True
         dyn = object.__new__(Op)  # a copy of the decoded op (dataclasses.replace is 5x slower)
         dyn.__dict__.update(op.__dict__)
+        dyn.source = op.index
         dyn.index = len(self.dynamic)
         dyn.waits = tuple((s, base[s] + v) for s, v in waits if v > 0)
         self.dynamic.append(dyn)

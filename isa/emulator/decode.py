@@ -12,16 +12,16 @@ whatever numpy says instead of a RuleViolation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from isa.dtypes import DTYPES
 from isa.emulator.indirect import IndirectTransfer, indirect_effective_bytes
 from isa.emulator.kernels import BUILDERS, Ctx, EngineState, Runner
 from isa.emulator.memory import Memory
 from isa.emulator.rules import RuleChecker, describe, free_size
-from isa.emulator.timing import COSTS, dependent_extra, dma_effective_bytes
+from isa.emulator.timing import COSTS, contiguous_runs, dependent_extra
 from isa.errors import ProgramError
 from isa.instructions import OPCODES, OpcodeSpec, indirect_side
 from isa.program import ENGINES, AccessPattern, Instruction, Program
@@ -48,10 +48,15 @@ class Op:
     transfer_bytes: float = 0.0  # effective bytes, descriptor overhead included
     hbm_read: int = 0
     hbm_write: int = 0
-    label: str = field(default="", repr=False)
     is_load: bool = False  # load_stationary: may overlap the previous PE instruction
     # dma_indirect: the HBM rows its index tile selects right now, as (access, writes) pairs (checked mode)
     resolve: Callable[[], list[tuple[AccessPattern, bool]]] | None = None
+    source: int = -1  # a dynamic instance of a static op (isa.emulator.control): the static op's index
+
+    @property
+    def label(self) -> str:
+        """How errors name the instruction (``describe``), built when asked: decode makes tens of thousands."""
+        return describe(self.index if self.source < 0 else self.source, self.inst)
 
 
 def _structure(index: int, inst: Instruction, known: dict[tuple, OpcodeSpec]) -> OpcodeSpec:
@@ -76,10 +81,37 @@ def _check_structure(index: int, inst: Instruction) -> OpcodeSpec:
     return spec
 
 
+# cost classes whose figure depends only on the target and the engine: computed once per (class, engine)
+ENGINE_COSTS = frozenset({"dma", "sync", "control", "reg_load", "branch"})
+
+
+def _reshaped(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``src.reshape(shape)`` when that is a view of the same memory (no copy), else None."""
+    view = src.view()
+    try:
+        view.shape = shape
+    except AttributeError:
+        return None
+    return view
+
+
+def _dma_runner(dst: np.ndarray, src: np.ndarray) -> Runner:
+    """``dst[...] = src.reshape(dst.shape)``: with the reshaped source built once when it is a view (a C call
+    per run, no Python frame)."""
+    source = src if src.shape == dst.shape else _reshaped(src, dst.shape)
+    if source is None:
+        return lambda: dst.__setitem__(Ellipsis, src.reshape(dst.shape))
+    return partial(dst.__setitem__, Ellipsis, source)
+
+
 def decode_program(program: Program, target: Target, memory: Memory, *, rules: bool = True,
                    state: EngineState | None = None) -> list[Op]:
     """Check every instruction's rules (unless ``rules=False``) and build its ``Op`` (views over
-    ``memory``; engine state in ``state``, a fresh one when not given)."""
+    ``memory``; engine state in ``state``, a fresh one when not given).
+
+    Per-instruction work is kept to dictionary lookups: the compiler's programs share one
+    ``AccessPattern`` object per distinct pattern (the .neff decoder builds one per encoding), so views,
+    DMA run counts and costs that depend only on the target and engine are looked up by identity."""
     checker = RuleChecker(program, target) if rules else None
     state = state or EngineState(target.partitions)
     stationary_k = 0
@@ -87,58 +119,92 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
                                          for name, spec in OPCODES.items()}
     known, make_view = memory.views, memory.make_view  # one view per distinct pattern
+    by_id: dict[int, np.ndarray] = {}  # id(pattern) -> its view (patterns live as long as the program)
+    runs: dict[int, int] = {}  # id(pattern) -> contiguous_runs(pattern)
+    shapes: dict[tuple, int] = {}  # (in HBM, pattern, partitions, partition stride) -> contiguous_runs
+    engine_costs: dict[tuple[str, str], float] = {}
+    overhead = target.data["dma"]["descriptor_overhead_bytes"]
+    dependent = frozenset(target.data["stream"]["dependent_overhead_engines"])
     structures: dict[tuple, OpcodeSpec] = {}
     ops: list[Op] = []
+    append = ops.append
+
+    def view_of(ap: AccessPattern) -> np.ndarray:
+        array = by_id.get(id(ap))
+        if array is None:
+            array = known.get(ap)
+            if array is None:
+                array = make_view(ap)
+            by_id[id(ap)] = array
+        return array
+
+    def runs_of(ap: AccessPattern) -> int:
+        count = runs.get(id(ap))
+        if count is None:  # the same for patterns that differ only in where they start
+            key = (ap.memory == "hbm", ap.pattern, ap.partitions, ap.partition_stride)
+            count = shapes.get(key)
+            if count is None:
+                count = shapes[key] = contiguous_runs(ap)
+            runs[id(ap)] = count
+        return count
+
     for index, inst in enumerate(program.instructions):
         spec = checker.check(index, inst) if checker else _structure(index, inst, structures)
-        operands = inst.operands
-        kinds = access[inst.opcode]
-        side = indirect_side(inst.opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
+        engine, opcode, operands = inst.engine, inst.opcode, inst.operands
+        waits = tuple((int(s), int(v)) for s, v in inst.waits) if inst.waits else ()
+        signals = tuple(int(s) for s in inst.signals) if inst.signals else ()
+        cost = spec.cost
+        if cost in ENGINE_COSTS:
+            duration = engine_costs.get((cost, engine))
+            if duration is None:
+                duration = engine_costs[cost, engine] = COSTS[cost](target, inst)
+        else:
+            duration = COSTS[cost](target, inst)
+            if engine in dependent:
+                duration += dependent_extra(target, inst, previous.get(engine))
+        previous[engine] = inst
+        if opcode == "dma":  # the bulk of a program: its own short path
+            dst, src = operands["dst"], operands["src"]
+            nbytes = src.nbytes
+            transfer = nbytes + overhead * max(runs_of(src), runs_of(dst))  # dma_effective_bytes
+            append(Op(index, inst, engine, opcode, waits, signals, duration, _dma_runner(view_of(dst), view_of(src)),
+                      (src,), (dst,), 0, int(inst.attrs.get("queue", 0)), transfer,
+                      nbytes if src.memory == "hbm" else 0, nbytes if dst.memory == "hbm" else 0))
+            continue
+        kinds = access[opcode]
+        side = indirect_side(opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
         moved = ("dst", "src") if side else ()  # dma_indirect: its rows come from resolve() at transfer time
         views: dict[str, np.ndarray] = {}
         read_aps: list[AccessPattern] = []
         write_aps: list[AccessPattern] = []
         for name, ap in operands.items():
             if name != side:
-                array = known.get(ap)
-                views[name] = array if array is not None else make_view(ap)
+                views[name] = view_of(ap)
             if name not in moved:
                 kind = kinds[name]
                 if kind == "r":
                     read_aps.append(ap)
                 elif kind == "w":
                     write_aps.append(ap)
-        reads, writes = tuple(read_aps), tuple(write_aps)
-        duration = COSTS[spec.cost](target, inst) + dependent_extra(target, inst, previous.get(inst.engine))
-        previous[inst.engine] = inst
         indirect = IndirectTransfer(inst, memory, views, describe(index, inst)) if side else None
-        op = Op(index=index, inst=inst, engine=inst.engine, opcode=inst.opcode,
-                waits=tuple((int(s), int(v)) for s, v in inst.waits),
-                signals=tuple(int(s) for s in inst.signals),
-                duration=duration, run=indirect.run if indirect else BUILDERS[inst.opcode](Ctx(inst, views, state)),
-                reads=reads, writes=writes, label=describe(index, inst),
-                is_load=inst.opcode == "load_stationary", resolve=indirect.resolve if indirect else None)
-        if inst.opcode == "load_stationary":
-            stationary_k = inst.operands["src"].partitions
-        elif inst.opcode == "multiply_moving":
-            dst = inst.operands["dst"]
+        op = Op(index, inst, engine, opcode, waits, signals, duration,
+                indirect.run if indirect else BUILDERS[opcode](Ctx(inst, views, state)),
+                tuple(read_aps), tuple(write_aps), is_load=opcode == "load_stationary",
+                resolve=indirect.resolve if indirect else None)
+        if opcode == "load_stationary":
+            stationary_k = operands["src"].partitions
+        elif opcode == "multiply_moving":
+            dst = operands["dst"]
             op.macs = stationary_k * dst.partitions * free_size(dst)
             if inst.attrs.get("acc", 0):
                 op.reads = (*op.reads, dst)
-        elif inst.opcode == "dma":
-            dst, src = inst.operands["dst"], inst.operands["src"]
-            op.queue = int(inst.attrs.get("queue", 0))
-            op.transfer_bytes = dma_effective_bytes(target, dst, src)
-            nbytes = src.partitions * free_size(src) * DTYPES[src.dtype].itemsize
-            op.hbm_read = nbytes if src.memory == "hbm" else 0
-            op.hbm_write = nbytes if dst.memory == "hbm" else 0
         elif indirect is not None:
             op.queue = int(inst.attrs.get("queue", 0))
             op.transfer_bytes = indirect_effective_bytes(target, inst)
-            nbytes = inst.operands[side].nbytes
+            nbytes = operands[side].nbytes
             rmw = inst.attrs.get("rmw", "none") != "none"
-            direct = inst.operands["dst" if side == "src" else "src"]
+            direct = operands["dst" if side == "src" else "src"]
             op.hbm_read = nbytes * (side == "src" or rmw) + (nbytes if direct.memory == "hbm" and side == "dst" else 0)
             op.hbm_write = nbytes * (side == "dst") + (nbytes if direct.memory == "hbm" and side == "src" else 0)
-        ops.append(op)
+        append(op)
     return ops

@@ -23,19 +23,20 @@ from isa.instructions import OPCODES
 from isa.program import AccessPattern, Program
 from isa.target import Target
 
+# opcode -> the names of its operands of write access
+_WRITTEN: dict[str, tuple[str, ...]] = {name: tuple(o.name for o in spec.operands if o.access == "w")
+                                        for name, spec in OPCODES.items()}
+
 
 def written_tensors(program: Program) -> frozenset[str]:
     """The HBM tensors some instruction writes (an operand of write access on ``hbm``)."""
     written = set()
     for inst in program.instructions:
-        spec = OPCODES.get(inst.opcode)
-        if spec is None:
-            continue  # an unknown opcode is the decoder's error
-        for o in spec.operands:
-            if o.access == "w":
-                ap = inst.operands.get(o.name)
-                if ap is not None and ap.memory == "hbm":
-                    written.add(ap.tensor)
+        operands = inst.operands
+        for name in _WRITTEN.get(inst.opcode, ()):  # an unknown opcode is the decoder's error
+            ap = operands.get(name)
+            if ap is not None and ap.memory == "hbm":
+                written.add(ap.tensor)
     return frozenset(written)
 
 
@@ -60,6 +61,7 @@ class Memory:
             else:
                 self.hbm[name] = np.zeros(decl.nbytes, dtype=np.uint8)
         self.views: dict[AccessPattern, np.ndarray] = {}  # one view per distinct pattern
+        self.geometry: dict[tuple, tuple] = {}  # see _new_view
         self.used = False  # a run has touched the buffers since they were zeroed
 
     def _constant_bytes(self, name: str) -> np.ndarray:
@@ -99,23 +101,31 @@ class Memory:
         return view
 
     def _new_view(self, ap: AccessPattern) -> np.ndarray:
+        key = (ap.memory, ap.tensor, ap.dtype, ap.pattern, ap.partitions, ap.partition_stride)
+        geometry = self.geometry.get(key)  # patterns that differ only in where they start share the rest
+        if geometry is None:
+            geometry = self.geometry[key] = self._geometry(ap)
+        base, dt, shape, strides, row = geometry
+        offset = ap.offset if row is None else ap.start_partition * row + ap.offset
+        return np.ndarray(shape, dtype=dt, buffer=base, offset=offset, strides=strides)
+
+    def _geometry(self, ap: AccessPattern) -> tuple[np.ndarray, np.dtype, tuple[int, ...], tuple[int, ...], int | None]:
+        """(buffer, numpy dtype, shape, strides, bytes per partition row on chip or None in HBM) of ``ap``."""
         dt = _NUMPY_DTYPES.get(ap.dtype) or _NUMPY_DTYPES.setdefault(ap.dtype, lookup_dtype(ap.dtype).numpy)
         size = dt.itemsize
-        pattern = ap.pattern
         if ap.memory == "hbm":
             base = self.hbm[ap.tensor]
-            offset = ap.offset
+            row = None
             strides = [ap.partition_stride * size]
         else:
             base = self.sbuf if ap.memory == "sbuf" else self.psum
             row = base.shape[1]
-            offset = ap.start_partition * row + ap.offset
             strides = [row]
         shape = [ap.partitions]
-        for stride, count in pattern:
+        for stride, count in ap.pattern:
             strides.append(stride * size)
             shape.append(count)
-        return np.ndarray(tuple(shape), dtype=dt, buffer=base, offset=offset, strides=tuple(strides))
+        return base, dt, tuple(shape), tuple(strides), row
 
     def load_inputs(self, inputs: Mapping[str, np.ndarray]) -> None:
         """Copy the program inputs and constants into their HBM buffers, checking names, shapes, dtypes."""

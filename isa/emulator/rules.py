@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
 from math import prod
 from typing import NoReturn
 
@@ -60,14 +59,25 @@ def describe(index: int, inst: Instruction) -> str:
     return f"instruction #{index} {inst.engine}.{inst.opcode}{line}"
 
 
-@lru_cache(maxsize=1 << 16)
-def _element_count(pattern: tuple[tuple[int, int], ...]) -> int:
-    return prod(count for _, count in pattern)
+class _Who:
+    """``describe(index, inst)``, formatted when a message uses it (``f"{who}: ..."``): a rule check names its
+    instruction only when it fails, and decode checks tens of thousands."""
+
+    __slots__ = ("index", "inst")
+
+    def __init__(self, index: int, inst: Instruction):
+        self.index, self.inst = index, inst
+
+    def __str__(self) -> str:
+        return describe(self.index, self.inst)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self), spec)
 
 
 def free_size(ap: AccessPattern) -> int:
-    """Elements per partition (``AccessPattern.free_size``, memoized: decode asks it often)."""
-    return _element_count(ap.pattern)
+    """Elements per partition (``AccessPattern.free_size``: computed once per pattern object)."""
+    return ap.free_size
 
 
 def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
@@ -100,30 +110,37 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, pattern) already found valid: compiled programs repeat them a lot
-        self.valid_operands: set[tuple[str, str, str, AccessPattern]] = set()
+        # (engine, opcode, operand, id(pattern)) already found valid: compiled programs repeat them a lot
+        self.valid_operands: set[tuple[str, str, str, int]] = set()
+        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes relative to the offset
+        self.geometries: dict[tuple, tuple[int, int]] = {}
+        self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid
         self.valid_structures: dict[tuple, OpcodeSpec] = {}
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
-        who = describe(index, inst)
+        who = _Who(index, inst)  # the instruction's name, formatted only when a message needs it
         spec = self._structure(who, inst)
-        if inst.engine not in spec.engines:
-            self._fail(who, f"{inst.opcode} cannot run on engine {inst.engine}",
-                       f"allowed engines: {', '.join(spec.engines)}")
+        engine, opcode = inst.engine, inst.opcode
+        if engine not in spec.engines:
+            self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
         n_sems = self.target.data["semaphores"]
-        for sem in [s for s, _ in inst.waits] + list(inst.signals):
+        for sem, _ in inst.waits:
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
-        indirect = indirect_side(inst.opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
+        for sem in inst.signals:
+            if not 0 <= sem < n_sems:
+                self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        indirect = indirect_side(opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
+        valid = self.valid_operands
         for name, ap in inst.operands.items():
             if name == indirect:
                 continue
-            valid, known = self.valid_operands, len(self.valid_operands)
-            valid.add((inst.engine, inst.opcode, name, ap))
-            if len(valid) != known:  # not seen before (a violation raises: the decode ends there)
-                self._operand(who, inst, spec, name, ap)
-        OPCODE_RULES.get(inst.opcode, _no_rule)(self, who, inst)
+            key = (engine, opcode, name, id(ap))  # by identity: the program keeps its patterns alive
+            if key not in valid:  # not seen before (a violation raises: the decode ends there)
+                self._placed_operand(who, inst, spec, name, ap)
+                valid.add(key)
+        OPCODE_RULES.get(opcode, _no_rule)(self, who, inst)
         return spec
 
     @staticmethod
@@ -131,8 +148,10 @@ class RuleChecker:
         raise RuleViolation(f"{who}: {rule}: {values}")
 
     def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
-        key = (inst.engine, inst.opcode, tuple(inst.operands),
-               tuple((name, type(value), value) for name, value in inst.attrs.items()))
+        attrs, operands = inst.attrs, inst.operands
+        # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
+        key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
+               *map(type, attrs.values()))
         spec = self.valid_structures.get(key)
         if spec is None:
             spec = self.valid_structures[key] = self._check_structure(who, inst)
@@ -193,21 +212,43 @@ class RuleChecker:
             decl = self.program.tensors.get(ap.tensor or "")
             if decl is None:
                 raise ProgramError(f"{who}: {what}: unknown HBM tensor {ap.tensor!r}")
-            if lo < 0 or hi > decl.nbytes:
-                self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
-                           f"bytes [{lo}, {hi}) of a {decl.nbytes}-byte tensor")
+            self._bounds(who, what, ap, lo, hi)
             return
         self._partitions(who, what, ap, start_rule=inst.engine != "sp")
-        size = (self.target.sbuf_partition_bytes if ap.memory == "sbuf"
-                else self.target.psum_partition_bytes)
-        if lo < 0 or hi > size:
-            self._fail(who, f"{what}: access outside the {ap.memory} partition",
-                       f"bytes [{lo}, {hi}) of {size}")
+        self._bounds(who, what, ap, lo, hi)
         if inst.engine in ("act", "dve", "pool"):
             limit = self.stream["max_free_sbuf" if ap.memory == "sbuf" else "max_free_psum"]
             if free_size(ap) > limit:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
                            f"{free_size(ap)} elements > {limit}")
+
+    def _placed_operand(self, who: str, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern) -> None:
+        """``_operand``, once per geometry: patterns that differ only in their offset pass or fail every rule
+        alike but the bounds, which are checked here for each offset (the tiles of one DMA loop share all but
+        their offsets)."""
+        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
+               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
+        reach = self.geometries.get(key)
+        if reach is None:
+            self._operand(who, inst, spec, name, ap)
+            lo, hi = byte_bounds(ap)
+            self.geometries[key] = (lo - ap.offset, hi - ap.offset)
+            return
+        self._bounds(who, f"operand {name}", ap, ap.offset + reach[0], ap.offset + reach[1])
+
+    def _bounds(self, who: str, what: str, ap: AccessPattern, lo: int, hi: int) -> None:
+        """The bytes [lo, hi) of ``ap`` lie inside its HBM tensor or its SBUF/PSUM partition."""
+        if ap.memory == "hbm":
+            size = self.tensor_bytes.get(ap.tensor)
+            if size is None:
+                size = self.tensor_bytes[ap.tensor] = self.program.tensors[ap.tensor].nbytes
+            if lo < 0 or hi > size:
+                self._fail(who, f"{what}: access outside HBM tensor {ap.tensor}",
+                           f"bytes [{lo}, {hi}) of a {size}-byte tensor")
+            return
+        size = self.target.sbuf_partition_bytes if ap.memory == "sbuf" else self.target.psum_partition_bytes
+        if lo < 0 or hi > size:
+            self._fail(who, f"{what}: access outside the {ap.memory} partition", f"bytes [{lo}, {hi}) of {size}")
 
     def _partitions(self, who: str, what: str, ap: AccessPattern, start_rule: bool) -> None:
         """Partition range; the start-partition rule binds the compute engines' SBUF/PSUM ports,

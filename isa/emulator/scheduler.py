@@ -109,6 +109,9 @@ class Scheduler:
         self.timeline = Timeline([nan] * len(ops), [nan] * len(ops))
         self.handlers = {START: self._start, DONE: self._done, DMA_READY: self._dma_ready,
                          DMA_DONE: self._dma_done}
+        # straight-line code without an observer takes shortcuts that change no time or order (see _start)
+        self.direct = observer is None and type(self)._next_position is Scheduler._next_position
+        self.horizon = 0.0  # the latest end recorded without a DONE event
 
     def run(self) -> Timeline:
         for stream in self.streams.values():
@@ -121,7 +124,7 @@ class Scheduler:
             self.now = time
             handlers[kind](payload)
         self._check_finished()
-        self.timeline.time_ns = self.now
+        self.timeline.time_ns = self.now if self.now >= self.horizon else self.horizon
         return self.timeline
 
     def _push(self, time: float, kind: int, payload: object, order: int = -1) -> None:
@@ -167,11 +170,57 @@ class Scheduler:
         if op.queue < 0:  # dma moves its data when the transfer starts
             op.run()
             self.executed.append(op.run)
-        self._push(end, DONE, op, op.index)
+            if self.direct and not op.signals:
+                # nothing happens at its end but the record: no DONE event (its time still counts at the end)
+                self.timeline.end[op.index] = end
+                if end > self.horizon:
+                    self.horizon = end
+            else:
+                self._push(end, DONE, op, op.index)
+        elif self.direct:
+            # a DMA trigger's end only schedules the transfer's arrival at its queue: scheduled now, and the
+            # triggers after it that wait on nothing start now too (see _triggers)
+            self.timeline.end[op.index] = end
+            self._push(end + self.fixed_ns, DMA_READY, op, op.index)
+            self._count()
+            self._triggers(stream)
+            self._try_issue(stream, None)
+            return
+        else:
+            self._push(end, DONE, op, op.index)
+        self._count()
+        self._try_issue(stream, None)
+
+    def _count(self) -> None:
         self.started += 1
         if self.progress and not self.started & 1023:
             self.progress(self.started, len(self.ops))
-        self._try_issue(stream, None)
+
+    def _triggers(self, stream: Stream) -> None:
+        """Start the DMA triggers that follow on ``stream`` and wait on nothing, without their START events.
+
+        A trigger runs no numerics (its transfer does, from its queue) and nothing else observes its start, so
+        each one's START and DONE are known now: the start is where ``_try_issue`` would put it (after the
+        previous one, as the stream is in order), and its transfer reaches the queue ``fixed_ns`` after its end.
+        The events left in the heap keep their order: events of different instructions never tie on
+        (time, instruction), and one instruction's own events are still pushed in time order. The stream's
+        next instruction that waits is then issued now instead of at the last trigger's start, which gives the
+        same start and stall: it cannot start before that trigger ends."""
+        ops, start_of, end_of = stream.ops, self.timeline.start, self.timeline.end
+        fixed = self.fixed_ns
+        while stream.pos < len(ops):
+            op = ops[stream.pos]
+            if op.queue < 0 or op.waits or op.is_load:
+                return
+            earliest = stream.end if stream.end >= stream.load_end else stream.load_end
+            now = stream.last_start if stream.last_start >= earliest else earliest  # max(issue time, earliest)
+            stream.pos += 1
+            stream.last_start = now
+            end = stream.end = now + op.duration
+            start_of[op.index] = now
+            end_of[op.index] = end
+            self._push(end + fixed, DMA_READY, op, op.index)
+            self._count()
 
     def _next_position(self, stream: Stream, op: Op) -> int:
         """Where the stream goes on once `op` starts (straight-line code: the next instruction)."""

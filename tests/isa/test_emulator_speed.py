@@ -15,7 +15,7 @@ from isa.emulator import CHECKS, Emulator, run_program
 from isa.errors import InputError, RuleViolation
 from isa.neff import load
 from tests.isa.emulator_fingerprint import DATA, FINGERPRINTS, MODELS, fingerprint, inputs
-from tests.isa.emulator_helpers import ins, program, sb
+from tests.isa.emulator_helpers import hb, ins, program, sb
 
 STORED = json.loads(FINGERPRINTS.read_text())
 
@@ -202,3 +202,67 @@ def test_exact_fp32_ops_on_views_give_the_bits_of_the_fp32_copies(op):
         inst = Instruction("pool", "tensor_scalar", {}, {"op": op, "scalar": s0, "op1": "subtract", "scalar1": s1})
         _tensor_scalar(Ctx(inst, {"dst": dst, "src": a}, EngineState(8)))()
         np.testing.assert_array_equal(dst.view(np.uint32), expected.view(np.uint32))
+
+
+# the scheduler's shortcuts (DMA triggers without START/DONE events, no DONE for instructions that signal nothing)
+# against its event-by-event path ---------------------------------------------------------------------------------
+
+def _schedule(prog, direct: bool):
+    from isa.emulator.scheduler import Scheduler
+    emulator = Emulator(prog)  # rules checked
+    emulator.memory.load_inputs(inputs(prog))
+    scheduler = Scheduler(emulator.ops, emulator.target)
+    scheduler.direct = direct
+    timeline = scheduler.run()
+    order = [next(op.index for op in emulator.ops if op.run is run) for run in scheduler.executed]
+    outputs = {name: emulator.memory.read_tensor(name) for name in prog.outputs}
+    stalls = {engine: dict(by) for engine, by in timeline.stalls.items() if by}
+    return (timeline.start, timeline.end, timeline.transfer_start, timeline.transfer_end, stalls,
+            dict(timeline.increments), repr(timeline.time_ns), order), outputs
+
+
+def _triggers_program():
+    """Runs of DMA triggers that wait on nothing between ones that wait, a trigger that waits on a compute result
+    made while the run before it is still being triggered, and a last instruction that signals nothing and ends
+    after every transfer (the run's end is its end)."""
+    row = [[1, 64]]
+    loads = [ins("sp", "dma", dst=sb(0, 128, 256 * k, row), src=hb("x", 256 * k, [[768, 128], [1, 64]]),
+                 queue=k % 16, signals=[0] if k == 0 else []) for k in range(12)]
+    body = [
+        ins("act", "activation", dst=sb(0, 128, 8192, row), src=sb(0, 128, 0, row), func="exp", waits=[(0, 1)],
+            signals=[1]),
+        *loads[1:6],
+        ins("sp", "dma", dst=hb("y", 0, [[64, 128], [1, 64]]), src=sb(0, 128, 8192, row), queue=3, waits=[(1, 1)],
+            signals=[2]),
+        *loads[6:],
+        ins("dve", "memset", dst=sb(0, 128, 16384, [[1, 2048]]), value=1.0, waits=[(2, 1)]),
+    ]
+    return program([("x", "input", "f32", (128, 768)), ("y", "output", "f32", (128, 64))],
+                   [loads[0], *body])
+
+
+@pytest.mark.parametrize("name", [*MODELS, "triggers"])
+def test_scheduler_shortcuts_change_no_time_and_no_order(name):
+    prog = _triggers_program() if name == "triggers" else load(DATA / f"{name}.neff")
+    (fast, fast_out), (slow, slow_out) = _schedule(prog, True), _schedule(prog, False)
+    assert fast == slow
+    for key in slow_out:
+        np.testing.assert_array_equal(fast_out[key], slow_out[key])
+
+
+@pytest.mark.parametrize("side", ["hbm", "sbuf"])
+def test_operands_of_a_checked_geometry_still_have_their_bounds_checked(side):
+    """Rule checks run once per operand geometry (all but the offset); each offset's bounds are still checked."""
+    def load(offset: int):
+        if side == "hbm":
+            return ins("sp", "dma", dst=sb(0, 4, 0, [[1, 8]]), src=hb("x", offset, [[8, 4], [1, 8]]), queue=0)
+        return ins("sp", "dma", dst=sb(0, 4, offset, [[1, 8]]), src=hb("x", 0, [[8, 4], [1, 8]]), queue=0)
+
+    last = 4 * 8 * 4 if side == "hbm" else 192 * 1024  # the tensor's bytes, SBUF's bytes per partition
+    fine = program([("x", "input", "f32", (4, 8))], [load(0), load(0 if side == "hbm" else last - 32)])
+    run_program(fine, {"x": np.zeros((4, 8), np.float32)})
+    bad = program([("x", "input", "f32", (4, 8))], [load(0), load(0), load(4 if side == "hbm" else last - 28)])
+    where = "HBM tensor x" if side == "hbm" else "the sbuf partition"
+    with pytest.raises(RuleViolation, match=rf"instruction #2 sp.dma: operand (src|dst): access outside {where}: "
+                                            rf"bytes \[\d+, {last + 4}\)"):
+        run_program(bad, {"x": np.zeros((4, 8), np.float32)})
