@@ -35,6 +35,7 @@ from hlo.ir import Computation, Instruction
 LAYER_PATH = re.compile(r"^(?P<prefix>[A-Za-z_][\w.]*?)\.(?P<index>\d+)(?:\.|$)")
 OUTSIDE = frozenset({"parameter", "constant"})  # never part of a region: its inputs
 MIN_LAYERS = 2
+MATMULS = frozenset({"dot", "convolution"})
 
 
 def layer_of(inst: Instruction) -> tuple[str, int] | None:
@@ -56,22 +57,38 @@ def input_free(comp: Computation) -> set[int]:
 
 
 def metadata_layers(comp: Computation) -> dict[str, dict[int, list[Instruction]]]:
-    """Per module list (prefix), the instructions of each layer, in entry order. An instruction that depends
-    on no parameter and is shared by several layers (CSE merged the layers' equal masks and broadcasts into
-    the first one) is left out, with what it is computed from: it is an invariant input of every layer."""
+    """Per module list (prefix), the instructions of each layer, in entry order. A value the first layer
+    computes for all of them (CSE merged the layers' equal masks, broadcasts, rotary tables into the first
+    one) is left out, with what only it uses: it is an invariant input of every layer. Such a value is one
+    used by a later layer other than the next one, or by two or more other layers, or used by another layer
+    and computed from no parameter or through no matmul of its layer (a layer's hidden state goes through
+    its matmuls: the next layer's use of it is not shared)."""
     free = input_free(comp)
     layer_at: dict[int, tuple[str, int]] = {}
     for inst in comp.instructions:
         layer = layer_of(inst) if inst.opcode not in OUTSIDE else None
         if layer is not None:
             layer_at[inst.uid] = layer
-    shared: set[int] = set()
-    for inst in reversed(comp.instructions):  # users before operands: a dropped user drops its free operands
+    through_matmul: set[int] = set()  # depends on a matmul of its own layer (the hidden state does)
+    for inst in comp.instructions:
         here = layer_at.get(inst.uid)
-        for o in inst.operands:
-            there = layer_at.get(o.uid)
-            if o.uid in free and there is not None and (there != here or inst.uid in shared):
-                shared.add(o.uid)
+        if here is not None and (inst.opcode in MATMULS or any(
+                o.uid in through_matmul and layer_at.get(o.uid) == here for o in inst.operands)):
+            through_matmul.add(inst.uid)
+    users = comp.users()
+    shared: set[int] = set()
+    for inst in reversed(comp.instructions):  # users before operands: a dropped user drops its operands
+        here = layer_at.get(inst.uid)
+        if here is None:
+            continue
+        mine = [u for u in users.get(inst, []) if u.uid not in shared and layer_at.get(u.uid) == here]
+        others = {layer_at[u.uid][1] for u in users.get(inst, [])
+                  if u.uid in layer_at and layer_at[u.uid][0] == here[0] and layer_at[u.uid] != here}
+        if others and (len(others) > 1 or others != {here[1] + 1} or inst.uid in free
+                       or inst.uid not in through_matmul):
+            shared.add(inst.uid)
+        elif not mine and any(u.uid in shared for u in users.get(inst, [])):
+            shared.add(inst.uid)  # used only by shared values (and outside the layers)
     groups: dict[str, dict[int, list[Instruction]]] = {}
     for inst in comp.instructions:
         layer = layer_at.get(inst.uid)
@@ -129,8 +146,10 @@ def identical_runs(regions: dict[int, list[Instruction]]) -> tuple[list[list[int
     runs.sort(key=len, reverse=True)
     if runs:
         return runs, ""
+    if not regions:
+        return [], "no repeated layers"
     if len(regions) < MIN_LAYERS:
-        return [], f"only {len(regions)} layer(s)"
+        return [], f"only {len(regions)} layer"
     order = sorted(regions)
     first = next((a, b) for a, b in zip(order, order[1:], strict=False) if b != a + 1 or keys[a] != keys[b])
     if first[1] != first[0] + 1:

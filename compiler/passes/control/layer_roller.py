@@ -62,9 +62,10 @@ class LayerRoller(HloPass):
         changed = False
         tried: set[str] = set()
         while True:
-            candidates = [(f"layers {p}.*", layers) for p, layers in sorted(metadata_layers(comp).items())]
+            by_metadata = metadata_layers(comp)
+            candidates = [(f"layers {p}.*", layers) for p, layers in sorted(by_metadata.items())]
             candidates = [(n, lay) for n, lay in candidates if n not in tried]
-            if not candidates and "hashed blocks" not in tried:
+            if not by_metadata and "hashed blocks" not in tried:  # no module paths: structural hashing
                 candidates = [("hashed blocks", hashed_layers(comp))]
             if not candidates:
                 return changed
