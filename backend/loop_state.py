@@ -11,7 +11,9 @@ cannot change what the body reads:
 - if R itself reads state element k, it does so only elementwise at the same index: R is an elementwise op,
   or a fusion of elementwise ops (and constants, broadcasts, iotas) in which the parameter fed by state
   element k is used by elementwise ops only, and R takes the state element itself as that operand (not a
-  view of it): an elementwise kernel loads every element before it stores the result at the same place.
+  view of it): an elementwise kernel loads every element before it stores the result at the same place;
+  or R is a dynamic-update-slice of state element k itself whose other operands do not read it (a layer
+  loop's stacked outputs, backend/kernels/indirect_ops.py then skips copying the operand onto itself).
 R must be a computing instruction written directly as the result (not a view of one), producing one result.
 
 ``in_place_order`` lowers the body in an order (defs before uses, like post order) that defers such producers
@@ -64,8 +66,11 @@ def _state_operand(inst: Instruction, param: Instruction, tuple_state: bool, k: 
 
 
 def _elementwise_in_place(r: Instruction, param: Instruction, tuple_state: bool, k: int, readers: set[int]) -> bool:
-    """R reads state element k only elementwise at the same index (module doc)."""
+    """R reads state element k only elementwise at the same index (module doc), or R is a dynamic update of
+    state element k itself that reads it nowhere else (its kernel writes the window into the same buffer)."""
     reads = [i for i, o in enumerate(r.operands) if _state_operand(o, param, tuple_state, k)]
+    if r.opcode == "dynamic-update-slice":
+        return reads == [0] and not any(o.uid in readers for o in r.operands[1:])
     if any(o.uid in readers and o.opcode in _VIEWS and i not in reads for i, o in enumerate(r.operands)):
         return False  # another view of the state element, read by R's kernel
     if r.opcode == "fusion":

@@ -78,6 +78,9 @@ class CompileOptions:
                                                   "reads at most WEIGHT x the bytes of its value")
     unroll_trips: int = _option(16, "unroll while loops of a static trip count up to N (longer ones, and loops "
                                     "whose trip count depends on the data, run as a loop on chip)")
+    roll_layers: bool = _option(False, "compile repeated layers once: a run of structurally identical layers "
+                                       "(a transformer's blocks) becomes a loop over stacked weights "
+                                       "(slower to run; docs/middle-end.md)")
     tile_overrides: str = _option("", "per-shape tile choices, JSON {shape key: {field: value}} (the "
                                       "autotuner's; see tiling.txt for the keys)", cli=False)
     time_passes: bool = _option(False, "print wall time and peak memory of every phase: capture, each pass, each "
@@ -92,7 +95,7 @@ class CompileOptions:
     # options that change the compiled program (the compile cache's key); the rest steer output only
     SEMANTIC = ("target", "opt_level", "auto_cast", "auto_cast_type", "fusion", "scheduler", "capture",
                 "disabled_passes", "tile_policy", "memory_planner", "sbuf_budget", "dma_queues", "buffers",
-                "fusion_recompute_weight", "tile_overrides", "unroll_trips")
+                "fusion_recompute_weight", "tile_overrides", "unroll_trips", "roll_layers")
 
     def __post_init__(self) -> None:
         self.disabled_passes = tuple(self.disabled_passes)

@@ -23,6 +23,7 @@ from compiler.dump import HloDumper
 from compiler.options import OPT_LEVELS, CompileOptions, PassOptionError
 from compiler.passes.control.call_inliner import CallInliner
 from compiler.passes.control.conditional_to_select import ConditionalToSelect
+from compiler.passes.control.layer_roller import LayerRoller
 from compiler.passes.control.while_unroller import WhileUnroller
 from compiler.passes.expand.arg_reduce_expander import ArgReduceExpander
 from compiler.passes.expand.conv_lhs_dilation_expander import ConvLhsDilationExpander
@@ -272,6 +273,8 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                                  [ConstantFolding(), AlgebraicSimplifier(), CommonSubexpressionElimination(),
                                   DeadCodeElimination()],
                                  max_iterations=8))
+    if options.roll_layers:
+        passes.append(LayerRoller())
     if opt_level >= 2 and options.fusion != "none":
         passes.append(ChannelMajor("bf16" if options.auto_cast != "none" else None))
         passes.append(FusionPass(strategy=options.fusion, recompute_weight=options.fusion_recompute_weight))
@@ -280,5 +283,5 @@ def build_pipeline(opt_level: int, options: CompileOptions | None = None) -> Pas
                   "gather_expander", "integer_dot_expander", "reduce_window_expander", "canonicalize",
                   "auto_cast",
                   "simplification", "algebraic_simplifier",
-                  "constant_folding", "cse", "dce", "channel_major", "fusion"]
+                  "constant_folding", "cse", "dce", "roll_layers", "channel_major", "fusion"]
     return PassPipeline(f"O{opt_level}", passes, options, also_known=every_pass)

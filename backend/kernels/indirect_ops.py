@@ -94,7 +94,8 @@ def dynamic_update_slice(lw: Any, inst: Instruction, ops: list[Value]) -> View:
     b, name, where = lw.b, lw.name(inst), inst.where()
     out = lw.destination(inst)
     x = view_of(ops[0], inst.operands[0])
-    copy_kernel(b, x, out, f"{name}.operand", where)
+    if not (x.buffer is out.buffer and x.offset == out.offset and x.strides == out.strides and x.cast is None):
+        copy_kernel(b, x, out, f"{name}.operand", where)  # (a loop state updated in place is already there)
     update = _stored(lw, view_of(ops[1], inst.operands[1]), inst)
     if update.size == 0:
         return out

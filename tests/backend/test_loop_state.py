@@ -78,6 +78,13 @@ CASES = {
   %h = f32[] constant(0.125)
   %hb = f32[9,4] broadcast(%h), dimensions={}
   %x = f32[9,4] multiply(%sb, %hb)""", "%x"),
+    # a row of a stacked output written at the trip counter (a rolled layer loop's KV cache): in place
+    "update_row": (f"f32[8];f32[{TRIPS},8]", """  %h = f32[] constant(0.5)
+  %hb = f32[8] broadcast(%h), dimensions={}
+  %x = f32[8] add(%s0, %hb)
+  %row = f32[1,8] reshape(%x)
+  %z0 = s32[] constant(0)
+  %u = f32[20,8] dynamic-update-slice(%s1, %row, %i, %z0)""", "%x, %u"),
 }
 
 
@@ -102,3 +109,11 @@ def test_counted_loop_writes_its_state_in_place():
     state, body, results = CASES["reader"]
     exe = compiler.compile(_module(state, body, results), opt_level=2)
     assert not any(".carry" in i.comment for i in exe.program.instructions)
+
+
+def test_row_update_of_the_state_goes_in_place():
+    """A dynamic-update-slice of its own state element writes the row in place: no copy of the whole element."""
+    state, body, results = CASES["update_row"]
+    exe = compiler.compile(_module(state, body, results), opt_level=2)
+    comments = [i.comment for i in exe.program.instructions]
+    assert not any(".carry" in c or ".operand" in c for c in comments)
