@@ -16,7 +16,8 @@ permutes and adds took ~40% of the run. In channel-major layout the same region 
   feature map, and its epilogue takes the bias, activation, layer scale and residual add on the way out of PSUM;
 * a reduction over channels (LayerNorm's mean and variance) is a 1x1 convolution with a ones weight
   [1, C, 1, 1]: the sum over partitions is what PE's contraction does (fp32 operands, or bf16 ones under
-  --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows);
+  --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows); with few
+  channels, a ones weight [C, C, 1, 1] computes the sum already broadcast to every channel;
 * elementwise ops, converts, broadcasts of scalars, of per-channel vectors and of per-pixel values, and
   reshapes that only merge or split the pixel dims carry over with their dims renamed.
 
@@ -42,6 +43,9 @@ from hlo.opcodes import is_elementwise
 
 TO_CHANNEL_LAST = (0, 2, 3, 1)
 TO_CHANNEL_MAJOR = (0, 3, 1, 2)
+# channel sums computed broadcast to every channel up to this count (two 128-partition tiles: 4 matmuls per
+# pixel block instead of 2, less than GpSimd's two broadcasts of the per-pixel rows; measured on ConvNeXt)
+BROADCAST_CHANNELS = 256
 
 
 @dataclass(frozen=True)
@@ -73,7 +77,8 @@ class ChannelMajor(HloPass):
         comp = module.entry
         if comp is None:
             return False
-        self._ones: dict[tuple[int, str], Instruction] = {}
+        self._ones: dict[tuple[int, int, str], Instruction] = {}
+        self._bcast = 0
         changed = False
         for start in list(comp.instructions):
             if start in comp.instructions and self._is_entry(start):
@@ -177,6 +182,7 @@ class ChannelMajor(HloPass):
         n, h, w, _ = start.shape.dims
         self._nhw = (n, h, w)
         members = [i for i in comp.instructions if i.uid in kinds]
+        self._bcast = self._broadcast_channels(members, kinds)
         mapped: dict[int, Instruction] = {start.uid: start.operands[0]}
         for inst in members:
             if inst is not start:
@@ -187,9 +193,21 @@ class ChannelMajor(HloPass):
             comp.replace_all_uses(exit_, value)
         return True
 
+    @staticmethod
+    def _broadcast_channels(members: list[Instruction], kinds: dict[int, Kind]) -> int:
+        """C when every channel sum of the region sums C channels and every per-pixel value is read back
+        broadcast to C channels (LayerNorm): then the sums are computed broadcast, by a ones weight [C, C]
+        (PE time does not depend on the output channels, and the engines' time per partition row does not
+        either), and the per-pixel values are [N, C, H, W] tensors read in place, instead of [N, 1, H, W]
+        rows broadcast to the partitions on chip by GpSimd for every reader. Only up to BROADCAST_CHANNELS:
+        a sum over T channel tiles takes T x T matmuls broadcast (T plain) and a [C, C] weight. 0 otherwise."""
+        counts = {kinds[i.operands[0].uid].channels for i in members if i.opcode == "reduce"}
+        counts |= {kinds[i.uid].channels for i in members if i.opcode == "broadcast"}
+        return counts.pop() if len(counts) == 1 and max(counts) <= BROADCAST_CHANNELS else 0
+
     def _cm_shape(self, kind: Kind, dtype: str) -> Shape:
         n, h, w = self._nhw
-        return Shape(dtype, (n, kind.channels or 1, h, w))
+        return Shape(dtype, (n, kind.channels or self._bcast or 1, h, w))
 
     def _rewrite_one(self, module: Module, comp: Computation, inst: Instruction, kinds: dict[int, Kind],
                      mapped: dict[int, Instruction]) -> Instruction:
@@ -212,16 +230,19 @@ class ChannelMajor(HloPass):
             if dtype == "f32" and self.sum_dtype is not None:
                 dtype = self.sum_dtype
                 x = add("convert", x.shape.with_dtype(dtype), [x], name=f"{inst.name}.cm_operand")
-            ones = self._ones.get((channels, dtype))
+            outs = shape.dims[1]
+            ones = self._ones.get((outs, channels, dtype))
             if ones is None:
-                ones = new_instruction(module, "constant", Shape(dtype, (1, channels, 1, 1)), [],
+                ones = new_instruction(module, "constant", Shape(dtype, (outs, channels, 1, 1)), [],
                                        {"data": Quoted(module.unique_name(f"channel_major.ones{channels}.{dtype}"))},
-                                       meta, literal=np.ones((1, channels, 1, 1), numpy_dtype(dtype)),
+                                       meta, literal=np.ones((outs, channels, 1, 1), numpy_dtype(dtype)),
                                        name=f"{inst.name}.ones")
-                self._ones[channels, dtype] = insert_constant(comp, ones)
+                self._ones[outs, channels, dtype] = insert_constant(comp, ones)
             return self._conv(module, comp, inst, x, ones, shape)
         if op == "broadcast":
-            src = mapped[inst.operands[0].uid]  # [N, 1, H, W]
+            src = mapped[inst.operands[0].uid]  # [N, 1, H, W], or [N, C, H, W] already broadcast
+            if self._bcast:
+                return src
             flat = add("reshape", Shape(src.shape.dtype, self._nhw), [src], name=f"{inst.name}.cm_pixels")
             return add("broadcast", shape, [flat], {"dimensions": (0, 2, 3)})
         if op == "dot":
