@@ -182,7 +182,8 @@ class _ConvKernel:
         split = self._tap_split() if self.weights.diagonal else None
         if split is not None:
             self.weights.pe_taps = split.pe
-            self.off_pe = OffPE(builder, split, plan.compute, self.limit, self.group, plan.name)
+            block = min(self.limit, self.B * plan.rows.out * plan.cols.out)
+            self.off_pe = OffPE(builder, split, plan.compute, block, self.group, plan.name)
         self.pools: dict[str, Pool] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------
