@@ -17,7 +17,8 @@ permutes and adds took ~40% of the run. In channel-major layout the same region 
 * a reduction over channels (LayerNorm's mean and variance) is a 1x1 convolution with a ones weight
   [1, C, 1, 1]: the sum over partitions is what PE's contraction does (fp32 operands, or bf16 ones under
   --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows); with few
-  channels, a ones weight [C, C, 1, 1] computes the sum already broadcast to every channel;
+  channels, a ones weight [C, C, 1, 1] computes the sum already broadcast to every channel, and x minus its
+  channel mean is one 1x1 convolution by C * I - ones (exact small integers, also in bf16) scaled by 1 / C;
 * elementwise ops, converts, broadcasts of scalars, of per-channel vectors and of per-pixel values, and
   reshapes that only merge or split the pixel dims carry over with their dims renamed.
 
@@ -77,7 +78,8 @@ class ChannelMajor(HloPass):
         comp = module.entry
         if comp is None:
             return False
-        self._ones: dict[tuple[int, int, str], Instruction] = {}
+        self._ones: dict[tuple[int, int, str], Instruction] = {}  # (outputs, C, dtype); outputs -C: centring
+        self._converted: dict[int, Instruction] = {}  # full value uid -> its convert to sum_dtype
         self._bcast = 0
         changed = False
         for start in list(comp.instructions):
@@ -223,13 +225,28 @@ class ChannelMajor(HloPass):
         op = inst.opcode
         if op == "reshape":
             return mapped[inst.operands[0].uid]
+        if op == "subtract" and kind.channels and self._is_centering(inst, kinds):
+            # x - mean over channels = ((C * I - ones) @ x) / C: one matmul pass, exact small-integer weights
+            x = self._sum_operand(inst.operands[0], mapped, add)
+            c = kind.channels
+            weight = self._ones.get((-c, c, x.shape.dtype))
+            if weight is None:
+                literal = (c * np.eye(c) - np.ones((c, c))).reshape(c, c, 1, 1).astype(numpy_dtype(x.shape.dtype))
+                weight = insert_constant(comp, new_instruction(
+                    module, "constant", Shape(x.shape.dtype, (c, c, 1, 1)), [],
+                    {"data": Quoted(module.unique_name(f"channel_major.centre{c}.{x.shape.dtype}"))}, meta,
+                    literal=literal, name=f"{inst.name}.centre"))
+                self._ones[-c, c, x.shape.dtype] = weight
+            summed = self._conv(module, comp, inst, x, weight, shape)
+            scale = insert_constant(comp, new_instruction(module, "constant", Shape(shape.dtype, ()), [], None, meta,
+                                                          literal=np.asarray(1.0 / c, numpy_dtype(shape.dtype)),
+                                                          name=f"{inst.name}.inv_c"))
+            spread = add("broadcast", shape, [scale], {"dimensions": ()})
+            return add("multiply", shape, [summed, spread])
         if op == "reduce":
-            x = mapped[inst.operands[0].uid]
+            x = self._sum_operand(inst.operands[0], mapped, add)
             channels = x.shape.dims[1]
             dtype = x.shape.dtype
-            if dtype == "f32" and self.sum_dtype is not None:
-                dtype = self.sum_dtype
-                x = add("convert", x.shape.with_dtype(dtype), [x], name=f"{inst.name}.cm_operand")
             outs = shape.dims[1]
             ones = self._ones.get((outs, channels, dtype))
             if ones is None:
@@ -272,6 +289,34 @@ class ChannelMajor(HloPass):
             operands.append(add("broadcast", Shape(src.shape.dtype, shape.dims), [src], {"dimensions": dims},
                                 name=f"{operand.name}.cm"))
         return add(op, shape, operands, dict(inst.attrs))
+
+    def _sum_operand(self, value: Instruction, mapped: dict[int, Instruction], add) -> Instruction:
+        """The channel-major `value` as a channel-summing matmul reads it (in sum_dtype, one convert shared)."""
+        x = mapped[value.uid]
+        if x.shape.dtype != "f32" or self.sum_dtype is None:
+            return x
+        if x.uid not in self._converted:
+            self._converted[x.uid] = add("convert", x.shape.with_dtype(self.sum_dtype), [x],
+                                         name=f"{value.name}.cm_operand")
+        return self._converted[x.uid]
+
+    @staticmethod
+    def _is_centering(inst: Instruction, kinds: dict[int, Kind]) -> bool:
+        """subtract(x, broadcast(reduce_add_over_channels(x) * (1 / C))) (or / C): x minus its channel mean."""
+        x, b = inst.operands
+        if b.opcode != "broadcast" or b.uid not in kinds or x.uid not in kinds or not kinds[x.uid].channels:
+            return False
+        c = kinds[x.uid].channels
+        if c > BROADCAST_CHANNELS:  # T x T matmuls for T channel tiles and a [C, C] weight: not worth it
+            return False
+        mean = b.operands[0]
+        if mean.opcode not in ("multiply", "divide") or len(mean.operands) != 2:
+            return False
+        total, factor = mean.operands
+        value = constant_value(factor)
+        want = 1.0 / c if mean.opcode == "multiply" else float(c)
+        return (total.opcode == "reduce" and total.operands[0] is x and value is not None
+                and abs(value - want) <= 1e-6 * abs(want))
 
     @staticmethod
     def _conv(module: Module, comp: Computation, inst: Instruction, x: Instruction, weight: Instruction,
