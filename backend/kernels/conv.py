@@ -31,6 +31,7 @@ from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_groups
+from backend.kernels.depthwise import OffPE, TapSplit, plan_split
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
@@ -177,6 +178,12 @@ class _ConvKernel:
         self.group = max(1, builder.options.psum_acc_banks // 2)
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, 1, 2, plan.name, min(self.parts, plan.out.dims[1]),
                                  self.limit, builder.options.output_buffers + self.group, DMA_PIECE)
+        self.off_pe: OffPE | None = None
+        split = self._tap_split() if self.weights.diagonal else None
+        if split is not None:
+            self.weights.pe_taps = split.pe
+            block = min(self.limit, self.B * plan.rows.out * plan.cols.out)
+            self.off_pe = OffPE(builder, split, plan.compute, block, self.group, plan.name)
         self.pools: dict[str, Pool] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------
@@ -204,11 +211,32 @@ class _ConvKernel:
         dma_ns = nbytes / min(dma["queues"] * dma["queue_bytes_per_ns"], data["hbm"]["bytes_per_ns"])
         return max(pe_ns, dma_ns)
 
+    def _tap_split(self) -> TapSplit | None:
+        """Depthwise: the taps to compute off PE (depthwise.py), from the size of a typical output block.
+        Rows of padding are stored, so a tap covers a block whole when its columns are not clipped."""
+        plan = self.plan
+        kh, kw = plan.w.dims[2], plan.w.dims[3]
+        cols = plan.cols
+        pixels = self.B * plan.rows.out * cols.out
+        blocks = -(-pixels // self.limit)
+        reach = {jw: cols.valid(jw, 0, cols.out) for jw in range(kw)}
+        if any(hi <= lo for lo, hi in reach.values()):
+            return None  # a tap that reaches no output column: keep the plain kernel
+        centre = (kw - 1) / 2
+        full = sorted((t for t in range(kh * kw) if reach[t % kw] == (0, cols.out)),
+                      key=lambda t: (abs(t % kw - centre), abs(t // kw - (kh - 1) / 2)))
+        clipped = sorted((t for t in range(kh * kw) if reach[t % kw] != (0, cols.out)),
+                         key=lambda t: (reach[t % kw][1] - reach[t % kw][0], t))
+        return plan_split(self.b.target, kh * kw, full, clipped, -(-pixels // blocks), blocks,
+                          min(self.parts, self.C), plan.compute)
+
     def _specs(self) -> tuple[list[PoolSpec], list[Band]]:
         plan, opts, alloc = self.plan, self.b.options, self.b.alloc
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks)] + self.epilogue.specs()
         nt = max(len(sg.ci) for sg in self.sgs)
         specs += self.weights.specs(min(W_BUDGET, alloc.sbuf_capacity() // 3), 2)
+        if self.off_pe is not None:
+            specs += self.off_pe.specs()
         room = min(X_BUDGET, alloc.sbuf_capacity() - alloc.sbuf_need(specs))
         csz, ssz = itemsize(plan.compute), itemsize(self.x.stored_dtype)
         width = max(cols.width for cols in self.layout)
@@ -235,6 +263,8 @@ class _ConvKernel:
         self.pools = self.b.alloc.begin_kernel(plan.name, specs, plan.where)
         self.epilogue.bind(self.pools)
         self.weights.bind(self.pools)
+        if self.off_pe is not None:
+            self.off_pe.bind(self.pools)
         self.b.useful_macs += plan.macs
         units = self.weights.units
         self.weights.prefetch()
@@ -249,8 +279,11 @@ class _ConvKernel:
                     last = s == len(self.sgs) - 1 and bi == len(bands) - 1 and o0 == sg.co[-1][0]
                     if last:  # the kernel's tail: one block at a time, its epilogue overlapping the next
                         groups = groups[:-1] + [[blk] for blk in groups[-1]]
-                    for grp in groups:
-                        accs = self._accumulate(tile_units, self.layout[s], tiles, band, grp)
+                    chains = self._chains(tile_units, self.layout[s], tiles, band, groups[0])
+                    for gi, grp in enumerate(groups):
+                        accs = self._accumulate(tile_units, self.layout[s], tiles, band, grp, chains)
+                        if gi + 1 < len(groups):  # the next group's off-PE taps run during these matmuls
+                            chains = self._chains(tile_units, self.layout[s], tiles, band, groups[gi + 1])
                         self._epilogues(tile_units[0], grp, accs)
         self.b.alloc.end_kernel()
 
@@ -381,18 +414,49 @@ class _ConvKernel:
     def _chunks(self, units: list[Unit], cols: _Cols, grp: list[Block]) -> list[tuple[int, int, int]]:
         """(input tile, row chunk, column chunk) in matmul order; a column chunk covering every block
         whole goes first so that its matmuls start the accumulations."""
+        on_pe = self.weights.pe_taps
         order = [(t, jh, jw) for t, u in enumerate(units) for jh, jw in itertools.product(
-            *(range(n) for n in self.weights.chunks(u)))]
+            *(range(n) for n in self.weights.chunks(u))) if on_pe is None or jh * self.plan.w.dims[3] + jw in on_pe]
         for t, jh, jw in order:
             if all(self._valid(cols, units[t], jw, blk) == (blk.c0, blk.c0 + blk.nc) for blk in grp):
                 order.remove((t, jh, jw))
                 return [(t, jh, jw)] + order
         return order
 
-    def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
-                    grp: list[Block]) -> dict[Block, Tile]:
-        b, plan = self.b, self.plan
+    def _window(self, cols: _Cols, unit: Unit, tile: Tile | _ImageTile, band: Band, blk: Block, jh: int, jw: int,
+                k: int) -> tuple[AccessPattern, tuple[tuple[int, int], ...], int] | None:
+        """Chunk (jh, jw) of `blk`: the moving operand ([k, valid pixels] of `tile`) and the pattern and
+        element offset in the block's accumulator it adds to (None: no output column in reach)."""
+        plan = self.plan
         rows, sw = plan.rows, plan.cols.stride
+        lo, hi = self._valid(cols, unit, jw, blk)
+        if lo >= hi:
+            return None
+        Wt, nv = cols.width, band.nv
+        v = blk.r0 * rows.stride + rows.offset(jh * unit.fh)
+        u = lo * sw + plan.cols.offset(jw * unit.fw) - cols.u0
+        base = ((blk.b0 - band.b0) * nv + band.row(v)) * Wt + u
+        src = tile.ap(plan.compute, k, simplify([(nv * Wt, blk.nb), (rows.stride * Wt, blk.nr), (sw, hi - lo)]), base)
+        return src, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr), (1, hi - lo)]), lo - blk.c0
+
+    def _chains(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
+                grp: list[Block]) -> dict[Block, list[Tile]]:
+        """Depthwise taps off PE (depthwise.py) for the blocks of `grp`: their sums per block."""
+        if self.off_pe is None:
+            return {}
+        (unit,) = units
+        kw = self.plan.w.dims[3]
+        result = {}
+        for blk in grp:
+            def window(t: int, blk: Block = blk) -> tuple[AccessPattern, tuple[tuple[int, int], ...], int] | None:
+                return self._window(cols, unit, tiles[0], band, blk, t // kw, t % kw, unit.cn)
+            result[blk] = self.off_pe.emit(unit.cn, blk.size, window, lambda t: self.weights.tap_scale(unit, t),
+                                           f"{self.plan.name} o{unit.o0} b{blk.b0} r{blk.r0}")
+        return result
+
+    def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
+                    grp: list[Block], chains: dict[Block, list[Tile]]) -> dict[Block, Tile]:
+        b, plan = self.b, self.plan
         accs = {blk: self.pools["acc"].next() for blk in grp}
         order = self._chunks(units, cols, grp)
         started: dict[Block, bool] = {}
@@ -403,29 +467,29 @@ class _ConvKernel:
             if started[blk]:
                 b.emit("dve", "memset", f"{plan.name} zero acc", {"value": 0.0},
                        dst=accs[blk].flat("f32", units[0].on, blk.size))
-        Wt, nv = cols.width, band.nv
         for t, jh, jw in order:
             unit = units[t]
             wtile, woff, k = self.weights.stationary(unit, jh, jw)
             loaded = False
             for blk in grp:
-                lo, hi = self._valid(cols, unit, jw, blk)
-                if lo >= hi:
+                found = self._window(cols, unit, tiles[t], band, blk, jh, jw, k)
+                if found is None:
                     continue
                 if not loaded:
                     b.load_stationary(wtile.flat(plan.compute, k, unit.on, woff),
                                       f"{plan.name} o{unit.o0} c{unit.c0} chunk ({jh}, {jw})")
                     loaded = True
-                v = blk.r0 * rows.stride + rows.offset(jh * unit.fh)
-                u = lo * sw + plan.cols.offset(jw * unit.fw) - cols.u0
-                base = ((blk.b0 - band.b0) * nv + band.row(v)) * Wt + u
-                src = tiles[t].ap(plan.compute, k, simplify([(nv * Wt, blk.nb), (rows.stride * Wt, blk.nr),
-                                                             (sw, hi - lo)]), base)
-                dst = accs[blk].ap("f32", unit.on, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr),
-                                                             (1, hi - lo)]), lo - blk.c0)
-                b.multiply_moving(dst, src, acc=started[blk],
+                src, pattern, offset = found
+                b.multiply_moving(accs[blk].ap("f32", unit.on, pattern, offset), src, acc=started[blk],
                                   comment=f"{plan.name} o{unit.o0} b{blk.b0} r{blk.r0} c{unit.c0} ({jh}, {jw})")
                 started[blk] = True
+        if chains:  # the sums of the taps computed off PE join by the identity
+            on = units[0].on
+            b.load_stationary(b.identity(plan.compute).flat(plan.compute, on, on), f"{plan.name} identity")
+            for blk in grp:
+                for part in chains[blk]:
+                    b.multiply_moving(accs[blk].flat("f32", on, blk.size), part.flat(plan.compute, on, blk.size),
+                                      acc=True, comment=f"{plan.name} o{units[0].o0} b{blk.b0} r{blk.r0} off-PE taps")
         return accs
 
     # -- epilogue ---------------------------------------------------------------------------------------------

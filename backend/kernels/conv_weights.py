@@ -34,6 +34,7 @@ from backend.emit import ProgramBuilder
 from backend.kernels.conv_geometry import copy, fill
 from backend.layout import View, itemsize
 from isa.dtypes import dtype as isa_dtype
+from isa.program import AccessPattern
 
 WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor overhead 256 B per run: 12%)
 DIAGONAL_DTYPES = ("bf16", "f16", "f32")
@@ -130,6 +131,8 @@ class ConvWeights:
         self.taps = self.KH * self.KW
         self.diagonal = (w.is_const and groups > 1 and self.cig == 1 and self.cog == 1 and compute in DIAGONAL_DTYPES
                          and all(u.copies == 1 and u.c0 == u.o0 and u.cn == u.on for u in self.units))
+        self.pe_taps: frozenset[int] | None = None  # depthwise: the taps PE multiplies (None: all; depthwise.py)
+        self._tap_tiles: dict[int, tuple[Tile, int]] = {}  # unit -> (taps tile, element offset of its taps)
 
     def chunks(self, unit: Unit) -> tuple[int, int]:
         """Row and column chunks (NH, NW): matmuls per unit and output block."""
@@ -219,8 +222,11 @@ class ConvWeights:
         ident = self.b.identity(self.compute)
         for u in units:
             k = self.slot[u.index] - first
+            self._tap_tiles[u.index] = (taps, k * self.taps)
             eye = ident.ap(self.compute, u.cn, ((1, u.on),))
             for t in range(self.taps):
+                if self.pe_taps is not None and t not in self.pe_taps:
+                    continue  # computed off PE (depthwise.py): no stationary
                 dst = tile.ap(self.compute, u.cn, ((1, u.on),), k * self.F + t * u.on)
                 w = taps.ap(self.compute, u.cn, ((1, 1),), k * self.taps + t)
                 label = f"{self.tag} weights u{u.index} tap {t} diagonal stationaries"
@@ -230,6 +236,12 @@ class ConvWeights:
                 else:
                     self.b.emit(engine, "tensor_scalar", label, {"op": "multiply", "scalar": 0.0},
                                 dst=dst, src=eye, scalar_vec=w)
+
+    def tap_scale(self, unit: Unit, t: int) -> AccessPattern:
+        """Depthwise: the per-partition [cn, 1] weights of tap `t` of `unit` (loaded with its stationaries)."""
+        self.prefetch()
+        tile, base = self._tap_tiles[unit.index]
+        return tile.ap(self.compute, unit.cn, ((1, 1),), base + t)
 
     def _tap_array(self) -> np.ndarray:
         """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p (kernel rows,

@@ -321,7 +321,7 @@ class TileEvaluator:
         if cur.op in ("add", "subtract"):
             pairs = ((0, 1), (1, 0)) if cur.op == "add" else ((0, 1),)
             for i, j in pairs:
-                if self._kind[id(cur.inputs[j])] == "V" and self._kind[id(cur.inputs[i])] != "S":
+                if self._kind[id(cur.inputs[j])] in ("V", "S") and self._kind[id(cur.inputs[i])] != "S":
                     if cur is not node:
                         absorbed.add(id(cur))
                     bias, cur = (cur.inputs[j], cur.op == "subtract"), cur.inputs[i]
@@ -356,7 +356,12 @@ class TileEvaluator:
         b, kind = self.b, self._kind[id(node)]
         src_ap = self._array(src, kind)
         bias_ap = None
-        if bias is not None:
+        if bias is not None and self._kind[id(bias[0])] == "S":  # an immediate: a [P, 1] vector of it
+            bias_ap = self._scratch("V")
+            value = float(self._fold(bias[0]))
+            b.emit(b.pick_engine(("dve", "pool")), "memset", f"{self.label} bias {value:g}",
+                   {"value": -value if bias[1] else value}, dst=bias_ap)
+        elif bias is not None:
             bias_ap = self._eval(bias[0]).ap  # type: ignore[union-attr]
             if bias[1]:
                 neg = self._scratch("V")

@@ -125,6 +125,7 @@ def test_convnext_block_runs_channel_major(auto_cast, rel, batch):
     exe = _check(ConvNeXtBlock(96), torch.randn(batch, 96, 9, 11), rel, auto_cast)
     assert " transpose(" not in exe.hlo
     assert exe.hlo.count("convolution(") >= 7  # dwconv, 2 Linears, 2 x 2 channel sums
+    assert "channel_major.centre96" in exe.hlo  # x - mean: one convolution by 96 I - ones
 
 
 def test_channel_last_region_with_another_reader_is_left_channel_last():

@@ -16,7 +16,9 @@ permutes and adds took ~40% of the run. In channel-major layout the same region 
   feature map, and its epilogue takes the bias, activation, layer scale and residual add on the way out of PSUM;
 * a reduction over channels (LayerNorm's mean and variance) is a 1x1 convolution with a ones weight
   [1, C, 1, 1]: the sum over partitions is what PE's contraction does (fp32 operands, or bf16 ones under
-  --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows);
+  --auto-cast: PE time is 4x less, and the error is below that of the auto-cast that follows); with few
+  channels, a ones weight [C, C, 1, 1] computes the sum already broadcast to every channel, and x minus its
+  channel mean is one 1x1 convolution by C * I - ones (exact small integers, also in bf16) scaled by 1 / C;
 * elementwise ops, converts, broadcasts of scalars, of per-channel vectors and of per-pixel values, and
   reshapes that only merge or split the pixel dims carry over with their dims renamed.
 
@@ -42,6 +44,9 @@ from hlo.opcodes import is_elementwise
 
 TO_CHANNEL_LAST = (0, 2, 3, 1)
 TO_CHANNEL_MAJOR = (0, 3, 1, 2)
+# channel sums computed broadcast to every channel up to this count (two 128-partition tiles: 4 matmuls per
+# pixel block instead of 2, less than GpSimd's two broadcasts of the per-pixel rows; measured on ConvNeXt)
+BROADCAST_CHANNELS = 256
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,9 @@ class ChannelMajor(HloPass):
         comp = module.entry
         if comp is None:
             return False
-        self._ones: dict[tuple[int, str], Instruction] = {}
+        self._ones: dict[tuple[int, int, str], Instruction] = {}  # (outputs, C, dtype); outputs -C: centring
+        self._converted: dict[int, Instruction] = {}  # full value uid -> its convert to sum_dtype
+        self._bcast = 0
         changed = False
         for start in list(comp.instructions):
             if start in comp.instructions and self._is_entry(start):
@@ -177,6 +184,7 @@ class ChannelMajor(HloPass):
         n, h, w, _ = start.shape.dims
         self._nhw = (n, h, w)
         members = [i for i in comp.instructions if i.uid in kinds]
+        self._bcast = self._broadcast_channels(members, kinds)
         mapped: dict[int, Instruction] = {start.uid: start.operands[0]}
         for inst in members:
             if inst is not start:
@@ -187,9 +195,21 @@ class ChannelMajor(HloPass):
             comp.replace_all_uses(exit_, value)
         return True
 
+    @staticmethod
+    def _broadcast_channels(members: list[Instruction], kinds: dict[int, Kind]) -> int:
+        """C when every channel sum of the region sums C channels and every per-pixel value is read back
+        broadcast to C channels (LayerNorm): then the sums are computed broadcast, by a ones weight [C, C]
+        (PE time does not depend on the output channels, and the engines' time per partition row does not
+        either), and the per-pixel values are [N, C, H, W] tensors read in place, instead of [N, 1, H, W]
+        rows broadcast to the partitions on chip by GpSimd for every reader. Only up to BROADCAST_CHANNELS:
+        a sum over T channel tiles takes T x T matmuls broadcast (T plain) and a [C, C] weight. 0 otherwise."""
+        counts = {kinds[i.operands[0].uid].channels for i in members if i.opcode == "reduce"}
+        counts |= {kinds[i.uid].channels for i in members if i.opcode == "broadcast"}
+        return counts.pop() if len(counts) == 1 and max(counts) <= BROADCAST_CHANNELS else 0
+
     def _cm_shape(self, kind: Kind, dtype: str) -> Shape:
         n, h, w = self._nhw
-        return Shape(dtype, (n, kind.channels or 1, h, w))
+        return Shape(dtype, (n, kind.channels or self._bcast or 1, h, w))
 
     def _rewrite_one(self, module: Module, comp: Computation, inst: Instruction, kinds: dict[int, Kind],
                      mapped: dict[int, Instruction]) -> Instruction:
@@ -205,23 +225,41 @@ class ChannelMajor(HloPass):
         op = inst.opcode
         if op == "reshape":
             return mapped[inst.operands[0].uid]
+        if op == "subtract" and kind.channels and self._is_centering(inst, kinds):
+            # x - mean over channels = ((C * I - ones) @ x) / C: one matmul pass, exact small-integer weights
+            x = self._sum_operand(inst.operands[0], mapped, add)
+            c = kind.channels
+            weight = self._ones.get((-c, c, x.shape.dtype))
+            if weight is None:
+                literal = (c * np.eye(c) - np.ones((c, c))).reshape(c, c, 1, 1).astype(numpy_dtype(x.shape.dtype))
+                weight = insert_constant(comp, new_instruction(
+                    module, "constant", Shape(x.shape.dtype, (c, c, 1, 1)), [],
+                    {"data": Quoted(module.unique_name(f"channel_major.centre{c}.{x.shape.dtype}"))}, meta,
+                    literal=literal, name=f"{inst.name}.centre"))
+                self._ones[-c, c, x.shape.dtype] = weight
+            summed = self._conv(module, comp, inst, x, weight, shape)
+            scale = insert_constant(comp, new_instruction(module, "constant", Shape(shape.dtype, ()), [], None, meta,
+                                                          literal=np.asarray(1.0 / c, numpy_dtype(shape.dtype)),
+                                                          name=f"{inst.name}.inv_c"))
+            spread = add("broadcast", shape, [scale], {"dimensions": ()})
+            return add("multiply", shape, [summed, spread])
         if op == "reduce":
-            x = mapped[inst.operands[0].uid]
+            x = self._sum_operand(inst.operands[0], mapped, add)
             channels = x.shape.dims[1]
             dtype = x.shape.dtype
-            if dtype == "f32" and self.sum_dtype is not None:
-                dtype = self.sum_dtype
-                x = add("convert", x.shape.with_dtype(dtype), [x], name=f"{inst.name}.cm_operand")
-            ones = self._ones.get((channels, dtype))
+            outs = shape.dims[1]
+            ones = self._ones.get((outs, channels, dtype))
             if ones is None:
-                ones = new_instruction(module, "constant", Shape(dtype, (1, channels, 1, 1)), [],
+                ones = new_instruction(module, "constant", Shape(dtype, (outs, channels, 1, 1)), [],
                                        {"data": Quoted(module.unique_name(f"channel_major.ones{channels}.{dtype}"))},
-                                       meta, literal=np.ones((1, channels, 1, 1), numpy_dtype(dtype)),
+                                       meta, literal=np.ones((outs, channels, 1, 1), numpy_dtype(dtype)),
                                        name=f"{inst.name}.ones")
-                self._ones[channels, dtype] = insert_constant(comp, ones)
+                self._ones[outs, channels, dtype] = insert_constant(comp, ones)
             return self._conv(module, comp, inst, x, ones, shape)
         if op == "broadcast":
-            src = mapped[inst.operands[0].uid]  # [N, 1, H, W]
+            src = mapped[inst.operands[0].uid]  # [N, 1, H, W], or [N, C, H, W] already broadcast
+            if self._bcast:
+                return src
             flat = add("reshape", Shape(src.shape.dtype, self._nhw), [src], name=f"{inst.name}.cm_pixels")
             return add("broadcast", shape, [flat], {"dimensions": (0, 2, 3)})
         if op == "dot":
@@ -251,6 +289,34 @@ class ChannelMajor(HloPass):
             operands.append(add("broadcast", Shape(src.shape.dtype, shape.dims), [src], {"dimensions": dims},
                                 name=f"{operand.name}.cm"))
         return add(op, shape, operands, dict(inst.attrs))
+
+    def _sum_operand(self, value: Instruction, mapped: dict[int, Instruction], add) -> Instruction:
+        """The channel-major `value` as a channel-summing matmul reads it (in sum_dtype, one convert shared)."""
+        x = mapped[value.uid]
+        if x.shape.dtype != "f32" or self.sum_dtype is None:
+            return x
+        if x.uid not in self._converted:
+            self._converted[x.uid] = add("convert", x.shape.with_dtype(self.sum_dtype), [x],
+                                         name=f"{value.name}.cm_operand")
+        return self._converted[x.uid]
+
+    @staticmethod
+    def _is_centering(inst: Instruction, kinds: dict[int, Kind]) -> bool:
+        """subtract(x, broadcast(reduce_add_over_channels(x) * (1 / C))) (or / C): x minus its channel mean."""
+        x, b = inst.operands
+        if b.opcode != "broadcast" or b.uid not in kinds or x.uid not in kinds or not kinds[x.uid].channels:
+            return False
+        c = kinds[x.uid].channels
+        if c > BROADCAST_CHANNELS:  # T x T matmuls for T channel tiles and a [C, C] weight: not worth it
+            return False
+        mean = b.operands[0]
+        if mean.opcode not in ("multiply", "divide") or len(mean.operands) != 2:
+            return False
+        total, factor = mean.operands
+        value = constant_value(factor)
+        want = 1.0 / c if mean.opcode == "multiply" else float(c)
+        return (total.opcode == "reduce" and total.operands[0] is x and value is not None
+                and abs(value - want) <= 1e-6 * abs(want))
 
     @staticmethod
     def _conv(module: Module, comp: Computation, inst: Instruction, x: Instruction, weight: Instruction,

@@ -1,0 +1,55 @@
+"""Depthwise convolutions with taps computed off PE (backend/kernels/depthwise.py), in checked mode against eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import compiler
+from backend.kernels.depthwise import plan_split
+from isa.target import load_target
+
+
+def _check(model: nn.Module, x: torch.Tensor, rel: float, auto_cast: str) -> compiler.Executable:
+    model = model.eval()
+    exe = compiler.compile(model, (x,), auto_cast=auto_cast, cache=False, quiet=True)
+    with torch.no_grad():
+        want = model(x).double()
+    (got,) = exe.run(x, check=True)
+    err = float(np.max(np.abs(got.astype(np.float64) - want.numpy())) / want.abs().max())
+    assert err <= rel, err
+    return exe
+
+
+@pytest.mark.parametrize("channels, size, kernel, dilation, auto_cast, rel", [
+    (160, (20, 18), 7, 1, "matmult", 3e-2),  # a full and a partial channel tile, ConvNeXt's kernel
+    (64, (12, 13), 7, 1, "none", 1e-4),      # fp32: PE 4x slower, more taps off PE
+    (32, (3, 700), 3, 1, "matmult", 3e-2),   # rows wider than a block: blocks are pieces of rows
+    (48, (15, 14), 5, 2, "matmult", 3e-2),   # dilated
+])
+def test_depthwise_taps_off_pe_match_eager(channels, size, kernel, dilation, auto_cast, rel):
+    torch.manual_seed(0)
+    pad = dilation * (kernel // 2)
+    model = nn.Sequential(nn.Conv2d(channels, channels, 1),
+                          nn.Conv2d(channels, channels, kernel, padding=pad, dilation=dilation, groups=channels))
+    exe = _check(model, torch.randn(1, channels, *size), rel, auto_cast)
+    assert "off-PE taps" in exe.asm  # the sums of the taps computed off PE join the accumulation
+
+
+def test_plan_split_covers_every_tap_once():
+    target = load_target("trn1")
+    full = [24, 17, 31, 10, 38, 3, 45]  # the centre column of a 7x7 kernel, centre first
+    clipped = [t for t in range(49) if t not in full]
+    split = plan_split(target, 49, full, clipped, 448, 7, 96, "bf16")
+    assert split is not None and split.chains
+    taps = sorted([*split.pe, *(t for c in split.chains for t in c.taps)])
+    assert taps == list(range(49))
+    assert full[0] in split.pe  # PE starts its accumulations with a full tap
+    for chain in split.chains:
+        if chain.mode == "add":
+            assert chain.taps[0] in full and chain.taps[-1] in full
+    # a tiny block: PE's minimum interval dominates, the engines take most taps
+    small = plan_split(target, 49, full, clipped, 49, 1, 128, "bf16")
+    assert small is not None and len(small.pe) < len(split.pe)
