@@ -191,16 +191,19 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     pmax = min(parts, P, builder.target.data["pe"]["max_m"])
     # constants are stored as the kernel reads them: stationary in blocks of pmax columns, moving in
     # blocks of one moving tile, each block one contiguous DMA (operands.TiledConst)
-    stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax) if stat_full.is_const else None
-    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt) if mov_full.is_const else None
-    if stat_tiled is not None:
-        stat_full = stat_full.with_cast(plan.compute)
-    if mov_tiled is not None:
-        mov_full = mov_full.with_cast(plan.compute)
     nk = -(-K // parts)
     f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
     csz = itemsize(plan.compute)
     n_p = -(-P // pmax)
+    # short stationary blocks (small K) are stored and loaded `group` at a time: one longer DMA run each
+    stat_group = max(1, -(-opts.stationary_group_bytes // (nk * pmax * csz)))
+    stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax, stat_group) if stat_full.is_const else None
+    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt) if mov_full.is_const else None
+    stat_group = stat_tiled.group if stat_tiled is not None else 1
+    if stat_tiled is not None:
+        stat_full = stat_full.with_cast(plan.compute)
+    if mov_tiled is not None:
+        mov_full = mov_full.with_cast(plan.compute)
     stat_bytes = pmax * itemsize(plan.compute if stat_tiled else stat_full.stored_dtype)
     mov_bytes = mt * itemsize(plan.compute if mov_tiled else mov_full.stored_dtype)
 
@@ -234,9 +237,9 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                  PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
                           max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks)
                               + 2)),
-                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz,
-                          stat_bufs(most, deep) if resident else most + 2 if blockwise
-                          else opts.stationary_buffers * most, source=stat0.stages)]
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz * (stat_group if kt == nk else 1),
+                          grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
+                                  else opts.stationary_buffers * most, most, kt), source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
@@ -246,6 +249,13 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         return specs + mov0.specs(cols), blocks, group, first
 
     caps = (opts.max_stationary_blocks, opts.group_banks)
+    def grouped(bufs: int, most: int, kt: int) -> int:
+        # buffers of `group` stationary blocks: the blocks loaded and not yet used span at most two super-blocks
+        # (the current one and the prefetched next), so a buffer is refilled only once its blocks are done
+        if stat_group == 1 or kt != nk:
+            return bufs
+        return max(-(-bufs // stat_group), -(-2 * most // stat_group) + 2)
+
     def stat_bufs(most: int, deep: bool) -> int:
         # with the moving operand resident, PE work only waits on stationary blocks: up to
         # stationary_prefetch_bytes of them are in flight, so their DMAs fill the queues from the
@@ -327,11 +337,23 @@ class _Loop:
         self.b, self.plan, self.pools, self.loader, self.temps = builder, plan, pools, loader, temps
         self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
         self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
+        self.groups: dict[int, Loaded] = {}  # first column -> a loaded group of stationary blocks
 
     def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Loaded]:
         if self.stat.in_sbuf:
             return [self.stat.load(None, p0, pw, self.pmax) for p0, pw in sb]
-        return [self.stat.load(self.pools["stat"].next(), p0, pw, self.pmax) for p0, pw in sb]
+        tiled = self.stat.tiled
+        if tiled is None or tiled.group == 1:
+            return [self.stat.load(self.pools["stat"].next(), p0, pw, self.pmax) for p0, pw in sb]
+        # grouped constant blocks: a block's whole group is loaded (one DMA) when the first of them is asked for
+        out = []
+        for p0, _ in sb:
+            g0 = p0 - p0 % tiled.span
+            if g0 not in self.groups:
+                self.groups[g0] = self.stat.load(self.pools["stat"].next(), g0, min(tiled.span, tiled.C - g0),
+                                                 self.pmax)
+            out.append(self.groups[g0])
+        return out
 
     def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
         opts = self.b.options

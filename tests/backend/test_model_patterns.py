@@ -89,6 +89,25 @@ def test_constant_weights_load_in_one_run_per_block(dtype):
     assert len(bias) == 1
 
 
+@pytest.mark.parametrize("group_bytes,runs", [(12 * 1024, {1400}), (2048, {512, 376})])
+def test_constant_stationary_blocks_load_in_groups(group_bytes, runs):
+    """Short stationary blocks (K = 256: 1 KiB per partition in f32) are stored and loaded several at a time:
+    each DMA reads one run per partition of a whole group of blocks (the last group narrower), and the
+    result is the same."""
+    m, k, n = 96, 256, 700
+    x, w, b = rand(m, k, seed=1), rand(n, k, seed=2) / 10, rand(n, seed=3)
+    eye = np.eye(n, dtype=np.float32)
+    options = BackendOptions(stationary_group_bytes=group_bytes)
+    (out,), result = run_hlo(constant_layer_text(m, k, n, "f32"), [x, eye], constants={"w": w, "b": b},
+                             options=options)
+    np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), **TOL["f32"])
+    reads = [i.operands["src"] for i in result.program.instructions
+             if i.opcode == "dma" and i.comment.startswith("k1.") and " stat " in i.comment]
+    assert {s.pattern[0][1] for s in reads} == runs
+    assert all(contiguous_runs(s) == 1 for s in reads)
+    assert sum(s.nbytes for s in reads) == k * n * 4
+
+
 @pytest.mark.parametrize("rhs_transposed", [False, True])
 def test_streamed_moving_operand_block_by_block(rhs_transposed):
     """A moving operand too large to stay in SBUF is streamed once per super-block of R stationary blocks,
