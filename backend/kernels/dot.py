@@ -195,10 +195,11 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
     csz = itemsize(plan.compute)
     n_p = -(-P // pmax)
-    # short stationary blocks (small K) are stored and loaded `group` at a time: one longer DMA run each
-    stat_group = max(1, -(-opts.stationary_group_bytes // (nk * pmax * csz)))
+    # short blocks (small K) are stored and loaded `group` at a time: one longer DMA run per partition
+    stat_group = max(1, -(-opts.const_group_bytes // (nk * pmax * csz)))
+    mov_group = max(1, -(-opts.const_group_bytes // (nk * mt * csz)))
     stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax, stat_group) if stat_full.is_const else None
-    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt) if mov_full.is_const else None
+    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt, mov_group) if mov_full.is_const else None
     stat_group = stat_tiled.group if stat_tiled is not None else 1
     if stat_tiled is not None:
         stat_full = stat_full.with_cast(plan.compute)

@@ -77,20 +77,21 @@ class TiledConst:
             flat = flat * d + i
         return replace(self, base=flat * self.K * self.C)
 
-    def loads(self, c0: int, cn: int) -> list[tuple[int, int, int, int]]:
-        """(block start, width, rows, element offset) of the DMAs bringing columns [c0, c0 + cn): per
-        block (or group of blocks) its full K-tiles (rows = 128) and its partial K-tile (rows = K % 128)."""
-        span = self.span
-        assert c0 % span == 0 and (cn % span == 0 or c0 + cn == self.C), (c0, cn, span)
-        full = self.K // self.parts
+    def loads(self, c0: int, cn: int) -> list[tuple[int, int, int, int, int]]:
+        """(first column, width, rows, element offset, partition stride) of the DMAs bringing columns
+        [c0, c0 + cn) (whole blocks): per block group the requested blocks' full K-tiles (rows = 128: one
+        run per partition), then per block its partial K-tile (rows = K % 128; groups of one block)."""
+        assert c0 % self.block == 0 and (cn % self.block == 0 or c0 + cn == self.C), (c0, cn, self.block)
+        full, span = self.K // self.parts, self.span
         out = []
-        for bs in range(c0, c0 + cn, span):
-            w = min(span, self.C - bs)
-            start = self.base + bs * self.K
+        for gs in range(c0 - c0 % span, c0 + cn, span):
+            gw = min(span, self.C - gs)  # the group's columns
+            lo, hi = max(c0, gs), min(c0 + cn, gs + gw)
+            start = self.base + gs * self.K
             if full:
-                out.append((bs, w, self.parts, start))
+                out.append((lo, hi - lo, self.parts, start + (lo - gs) * full, full * gw))
             if self.K % self.parts:
-                out.append((bs, w, self.K % self.parts, start + full * self.parts * w))
+                out.append((lo, hi - lo, self.K % self.parts, start + full * self.parts * gw, 0))
         return out
 
 
@@ -299,19 +300,20 @@ class KOperand:
         return loaded
 
     def _load_tiled(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> Loaded:
-        """A pre-tiled constant: per column block one DMA, contiguous on both sides (SBUF per partition:
-        the blocks side by side, each [K-tiles x width], as `Loaded.ap` reads them)."""
+        """A pre-tiled constant: per column block (or the blocks asked for of a group) one DMA, contiguous
+        on both sides (SBUF per partition: the blocks side by side, each [K-tiles x width], as `Loaded.ap`
+        reads them)."""
         tiled = self.tiled
         assert tiled is not None and at % tiled.block == 0
         self.b.place(tiled.buffer)
         name = tiled.buffer.buffer.name
         size = itemsize(self.compute)
         full = self.K // self.parts
-        for bs, w, rows, offset in tiled.loads(c0, cn):
+        for bs, w, rows, offset, stride in tiled.loads(c0, cn):
             kt0 = 0 if rows == self.parts else full
             n = (full if rows == self.parts else 1) * w
             src = AccessPattern("hbm", self.compute, offset * size, ((1, n),), partitions=rows, tensor=name,
-                                partition_stride=n if rows > 1 else 0)
+                                partition_stride=(stride or n) if rows > 1 else 0)
             target = dst.flat(self.compute, rows, n, (at + bs - c0) * self.nk + kt0 * w)
             self.b.dma(target, src, f"{self.tag} c{bs} load")
         return Loaded(self, dst, c0, cols, at, tiled.block)

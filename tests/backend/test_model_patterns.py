@@ -97,7 +97,7 @@ def test_constant_stationary_blocks_load_in_groups(group_bytes, runs):
     m, k, n = 96, 256, 700
     x, w, b = rand(m, k, seed=1), rand(n, k, seed=2) / 10, rand(n, seed=3)
     eye = np.eye(n, dtype=np.float32)
-    options = BackendOptions(stationary_group_bytes=group_bytes)
+    options = BackendOptions(const_group_bytes=group_bytes)
     (out,), result = run_hlo(constant_layer_text(m, k, n, "f32"), [x, eye], constants={"w": w, "b": b},
                              options=options)
     np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), **TOL["f32"])
