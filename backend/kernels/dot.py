@@ -179,7 +179,11 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     nb = len(plan.batch_dims)
     m_axis, n_axis = nb, nb + 1
     s_m, s_n = plan.out.strides[m_axis], plan.out.strides[n_axis]
-    feature_major = s_n != 1 and s_m == 1 and plan.out.dims[n_axis] > 1
+    # a single row times a constant weight (a classifier on pooled features): the weight as stationary blocks,
+    # so PE works through it block by block as it streams in instead of waiting for all of it as one moving
+    # operand (the result, one element per partition, is small)
+    single_row = plan.out.dims[m_axis] == 1 and plan.rhs.is_const and plan.out.dims[n_axis] > 1
+    feature_major = (s_n != 1 and s_m == 1 or single_row) and plan.out.dims[n_axis] > 1
     # operand roles as [K, C] views (C = the operand's free axis)
     lhs_t = plan.lhs.transpose(tuple(range(nb)) + (nb + 1, nb))  # (batch..., K, M)
     stat_full, mov_full = (plan.rhs, lhs_t) if feature_major else (lhs_t, plan.rhs)
