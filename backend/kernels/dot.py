@@ -31,6 +31,8 @@ from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
+MERGED_STORE_BYTES = 8192  # per partition: a result row shorter than this is stored a whole group of tiles at a time
+
 
 @dataclass
 class DotPlan:
@@ -237,11 +239,14 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                                   blockwise=blockwise)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
+        # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store; a result
+        # stored to HBM is staged a whole group of moving tiles per buffer and stored in one DMA (longer runs)
+        out_bufs = max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks) + 2)
+        out_tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else 1)) if merge_out else 1
+        if out_tiles > 1:
+            out_bufs = -(-out_bufs // out_tiles) + 1
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-                 # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
-                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks)
-                              + 2)),
+                 PoolSpec("out", "sbuf", out_tiles * mt * itemsize(plan.out.dtype), out_bufs),
                  PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz * (stat_group if kt == nk else 1),
                           grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
                                   else opts.stationary_buffers * most, most, kt), source=stat0.stages)]
@@ -253,6 +258,9 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                            1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
+    # a result that goes to HBM (not kept on chip) in rows shorter than a long DMA run: stored group by group
+    merge_out = (len(f_tiles) > 1 and mt * itemsize(plan.out.dtype) < MERGED_STORE_BYTES and builder.resident(
+        plan.out.hbm_ap(p_axis, 0, pmax, [(f_axis, 0, mt)], dict.fromkeys(range(nb), 0))) is None)
     caps = (opts.max_stationary_blocks, opts.group_banks)
     def grouped(bufs: int, most: int, kt: int) -> int:
         # buffers of `group` stationary blocks: the blocks loaded and not yet used span at most two super-blocks
@@ -328,6 +336,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         mov.bind(pools)
         loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
                      pmax, nk)
+        loop.merged_cols = pools["out"].buf_bytes // itemsize(plan.out.dtype)
         loop.run(supers, f_tiles, groups, resident, F)
     builder.alloc.end_kernel()
 
@@ -343,6 +352,7 @@ class _Loop:
         self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
         self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
         self.groups: dict[int, Loaded] = {}  # first column -> a loaded group of stationary blocks
+        self.merged_cols = 0  # columns of an output buffer: moving tiles of a group staged side by side
 
     def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Loaded]:
         if self.stat.in_sbuf:
@@ -427,20 +437,31 @@ class _Loop:
     def epilogues(self, sb, grp, accs: dict, split: int | None) -> None:
         """PSUM -> epilogue expression -> SBUF -> HBM for every tile of the group."""
         plan = self.plan
+        g0 = grp[0][0]
+        gcols = grp[-1][0] + grp[-1][1] - g0
+        merge = split is None and len(grp) > 1 and gcols <= self.merged_cols
         for p0, pw in sb:
+            merged = self.pools["out"].next() if merge else None
             for f0, fw in grp:
                 label = f"{self.tag} p{p0} f{f0}"
                 free = [(self.f_axis, f0, fw)]
                 operands = self.loader.load(self.fixed, p0, pw, free)
                 out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
                 on_chip = self.b.resident(out)  # a result kept on chip is written in place where engines may
-                dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
+                if merged is not None:
+                    assert on_chip is None
+                    dst = merged.flat(plan.out.dtype, pw, fw, f0 - g0)
+                else:
+                    dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
                 acc = accs[p0, f0].flat("f32", pw, fw)
                 coords = Coords(self.p_axis, p0, ((self.f_axis, f0, fw),), tuple(self.fixed.items()))
                 TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label,
                               coords=coords).run(plan.epilogue, dst)
-                if on_chip is None:
+                if on_chip is None and merged is None:
                     self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 8192)
+            if merged is not None:
+                out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, g0, gcols)], self.fixed)
+                self.b.dma(out, merged.flat(plan.out.dtype, pw, gcols), f"{self.tag} p{p0} f{g0} store")
 
 
 class _ChunkedLoop(_Loop):
