@@ -31,6 +31,8 @@ from hlo.errors import CompilationError
 from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
+MERGED_STORE_BYTES = 8192  # per partition: a result row shorter than this is stored a whole group of tiles at a time
+
 
 @dataclass
 class DotPlan:
@@ -179,7 +181,11 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     nb = len(plan.batch_dims)
     m_axis, n_axis = nb, nb + 1
     s_m, s_n = plan.out.strides[m_axis], plan.out.strides[n_axis]
-    feature_major = s_n != 1 and s_m == 1 and plan.out.dims[n_axis] > 1
+    # a single row times a constant weight (a classifier on pooled features): the weight as stationary blocks,
+    # so PE works through it block by block as it streams in instead of waiting for all of it as one moving
+    # operand (the result, one element per partition, is small)
+    single_row = plan.out.dims[m_axis] == 1 and plan.rhs.is_const and plan.out.dims[n_axis] > 1
+    feature_major = (s_n != 1 and s_m == 1 or single_row) and plan.out.dims[n_axis] > 1
     # operand roles as [K, C] views (C = the operand's free axis)
     lhs_t = plan.lhs.transpose(tuple(range(nb)) + (nb + 1, nb))  # (batch..., K, M)
     stat_full, mov_full = (plan.rhs, lhs_t) if feature_major else (lhs_t, plan.rhs)
@@ -191,16 +197,20 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     pmax = min(parts, P, builder.target.data["pe"]["max_m"])
     # constants are stored as the kernel reads them: stationary in blocks of pmax columns, moving in
     # blocks of one moving tile, each block one contiguous DMA (operands.TiledConst)
-    stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax) if stat_full.is_const else None
-    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt) if mov_full.is_const else None
-    if stat_tiled is not None:
-        stat_full = stat_full.with_cast(plan.compute)
-    if mov_tiled is not None:
-        mov_full = mov_full.with_cast(plan.compute)
     nk = -(-K // parts)
     f_tiles = [(f0, min(mt, F - f0)) for f0 in range(0, F, mt)]
     csz = itemsize(plan.compute)
     n_p = -(-P // pmax)
+    # short blocks (small K) are stored and loaded `group` at a time: one longer DMA run per partition
+    stat_group = max(1, -(-opts.const_group_bytes // (nk * pmax * csz)))
+    mov_group = max(1, -(-opts.const_group_bytes // (nk * mt * csz)))
+    stat_tiled = TiledConst.build(builder, stat_full, plan.compute, pmax, stat_group) if stat_full.is_const else None
+    mov_tiled = TiledConst.build(builder, mov_full, plan.compute, mt, mov_group) if mov_full.is_const else None
+    stat_group = stat_tiled.group if stat_tiled is not None else 1
+    if stat_tiled is not None:
+        stat_full = stat_full.with_cast(plan.compute)
+    if mov_tiled is not None:
+        mov_full = mov_full.with_cast(plan.compute)
     stat_bytes = pmax * itemsize(plan.compute if stat_tiled else stat_full.stored_dtype)
     mov_bytes = mt * itemsize(plan.compute if mov_tiled else mov_full.stored_dtype)
 
@@ -229,14 +239,17 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                                   blockwise=blockwise)
         first = _first_blocks(n_p, len(f_tiles), opts) if resident else blocks
         most = max(blocks, first)
+        # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store; a result
+        # stored to HBM is staged a whole group of moving tiles per buffer and stored in one DMA (longer runs)
+        out_bufs = max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks) + 2)
+        out_tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else 1)) if merge_out else 1
+        if out_tiles > 1:
+            out_bufs = -(-out_bufs // out_tiles) + 1
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-                 # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store
-                 PoolSpec("out", "sbuf", mt * itemsize(plan.out.dtype),
-                          max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks)
-                              + 2)),
-                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz,
-                          stat_bufs(most, deep) if resident else most + 2 if blockwise
-                          else opts.stationary_buffers * most, source=stat0.stages)]
+                 PoolSpec("out", "sbuf", out_tiles * mt * itemsize(plan.out.dtype), out_bufs),
+                 PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz * (stat_group if kt == nk else 1),
+                          grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
+                                  else opts.stationary_buffers * most, most, kt), source=stat0.stages)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
@@ -245,7 +258,17 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                            1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
+    # a result that goes to HBM (not kept on chip) in rows shorter than a long DMA run: stored group by group
+    merge_out = (len(f_tiles) > 1 and mt * itemsize(plan.out.dtype) < MERGED_STORE_BYTES and builder.resident(
+        plan.out.hbm_ap(p_axis, 0, pmax, [(f_axis, 0, mt)], dict.fromkeys(range(nb), 0))) is None)
     caps = (opts.max_stationary_blocks, opts.group_banks)
+    def grouped(bufs: int, most: int, kt: int) -> int:
+        # buffers of `group` stationary blocks: the blocks loaded and not yet used span at most two super-blocks
+        # (the current one and the prefetched next), so a buffer is refilled only once its blocks are done
+        if stat_group == 1 or kt != nk:
+            return bufs
+        return max(-(-bufs // stat_group), -(-2 * most // stat_group) + 2)
+
     def stat_bufs(most: int, deep: bool) -> int:
         # with the moving operand resident, PE work only waits on stationary blocks: up to
         # stationary_prefetch_bytes of them are in flight, so their DMAs fill the queues from the
@@ -313,6 +336,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         mov.bind(pools)
         loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
                      pmax, nk)
+        loop.merged_cols = pools["out"].buf_bytes // itemsize(plan.out.dtype)
         loop.run(supers, f_tiles, groups, resident, F)
     builder.alloc.end_kernel()
 
@@ -327,11 +351,24 @@ class _Loop:
         self.b, self.plan, self.pools, self.loader, self.temps = builder, plan, pools, loader, temps
         self.stat, self.mov, self.fixed, self.tag = stat, mov, fixed, tag
         self.p_axis, self.f_axis, self.pmax, self.nk = p_axis, f_axis, pmax, nk
+        self.groups: dict[int, Loaded] = {}  # first column -> a loaded group of stationary blocks
+        self.merged_cols = 0  # columns of an output buffer: moving tiles of a group staged side by side
 
     def load_stationary_blocks(self, sb: list[tuple[int, int]]) -> list[Loaded]:
         if self.stat.in_sbuf:
             return [self.stat.load(None, p0, pw, self.pmax) for p0, pw in sb]
-        return [self.stat.load(self.pools["stat"].next(), p0, pw, self.pmax) for p0, pw in sb]
+        tiled = self.stat.tiled
+        if tiled is None or tiled.group == 1:
+            return [self.stat.load(self.pools["stat"].next(), p0, pw, self.pmax) for p0, pw in sb]
+        # grouped constant blocks: a block's whole group is loaded (one DMA) when the first of them is asked for
+        out = []
+        for p0, _ in sb:
+            g0 = p0 - p0 % tiled.span
+            if g0 not in self.groups:
+                self.groups[g0] = self.stat.load(self.pools["stat"].next(), g0, min(tiled.span, tiled.C - g0),
+                                                 self.pmax)
+            out.append(self.groups[g0])
+        return out
 
     def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
         opts = self.b.options
@@ -400,20 +437,31 @@ class _Loop:
     def epilogues(self, sb, grp, accs: dict, split: int | None) -> None:
         """PSUM -> epilogue expression -> SBUF -> HBM for every tile of the group."""
         plan = self.plan
+        g0 = grp[0][0]
+        gcols = grp[-1][0] + grp[-1][1] - g0
+        merge = split is None and len(grp) > 1 and gcols <= self.merged_cols
         for p0, pw in sb:
+            merged = self.pools["out"].next() if merge else None
             for f0, fw in grp:
                 label = f"{self.tag} p{p0} f{f0}"
                 free = [(self.f_axis, f0, fw)]
                 operands = self.loader.load(self.fixed, p0, pw, free)
                 out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, f0, fw)], self.fixed)
                 on_chip = self.b.resident(out)  # a result kept on chip is written in place where engines may
-                dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
+                if merged is not None:
+                    assert on_chip is None
+                    dst = merged.flat(plan.out.dtype, pw, fw, f0 - g0)
+                else:
+                    dst = on_chip or self.pools["out"].next().flat(plan.out.dtype, pw, fw)
                 acc = accs[p0, f0].flat("f32", pw, fw)
                 coords = Coords(self.p_axis, p0, ((self.f_axis, f0, fw),), tuple(self.fixed.items()))
                 TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label,
                               coords=coords).run(plan.epilogue, dst)
-                if on_chip is None:
+                if on_chip is None and merged is None:
                     self.b.dma(out, dst, f"{label} store", split, min_run=512 if split else 8192)
+            if merged is not None:
+                out = plan.out.hbm_ap(self.p_axis, p0, pw, [(self.f_axis, g0, gcols)], self.fixed)
+                self.b.dma(out, merged.flat(plan.out.dtype, pw, gcols), f"{self.tag} p{p0} f{g0} store")
 
 
 class _ChunkedLoop(_Loop):

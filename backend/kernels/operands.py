@@ -13,7 +13,9 @@ view's strides (method chosen once per operand):
                (residency.py) in the compute dtype: nothing is loaded, matmuls read the image.
 - "tiled":     a constant stored at compile time in the layout of its SBUF image (`TiledConst`): column
                blocks of the width the kernel loads, each [128 partitions x K-tiles x width] in the compute
-               dtype, so a block is one DMA of one contiguous run per partition (two when K % 128 != 0).
+               dtype, so a block is one DMA of one contiguous run per partition (two when K % 128 != 0);
+               `group` blocks side by side per partition (K % 128 == 0) are one DMA whose runs are
+               `group` times longer (each run pays the DMA descriptor overhead).
 `load` returns a `Loaded`, which gives the access of any K-tile and columns.
 """
 
@@ -37,7 +39,10 @@ class TiledConst:
     """A constant [batch..., K, C] operand laid out at compile time as its kernel reads it, in `buffer`
     (a placed flat constant view). Per batch (K * C elements each), column blocks of `block` columns (the
     last one narrower) follow each other; block j of width w holds rows [128 partitions][full K-tiles][w],
-    then the last partial K-tile's [K % 128][w]."""
+    then the last partial K-tile's [K % 128][w]. With `group` > 1 (only when K % 128 == 0), runs of
+    `group` blocks (the last run shorter) are interleaved by partition instead: per partition the group's
+    blocks one after the other, each [K-tiles][w], so that the group is one DMA of one contiguous run
+    per partition, landing in SBUF exactly as `group` single-block loads side by side would."""
 
     buffer: View
     K: int
@@ -45,17 +50,26 @@ class TiledConst:
     block: int
     parts: int
     base: int = 0  # elements: the batch's first block
+    group: int = 1  # blocks per DMA
 
     @staticmethod
-    def build(builder: ProgramBuilder, view: View, compute: str, block: int) -> TiledConst:
+    def build(builder: ProgramBuilder, view: View, compute: str, block: int, group: int = 1) -> TiledConst:
         parts = builder.target.partitions
         *_, K, C = view.dims
+        block = min(block, C)
+        group = max(1, min(group, -(-C // block))) if K % parts == 0 else 1
         memo = builder.const_memo
-        key = ("tiled", _data_key(view), compute, block, parts)
+        key = ("tiled", _data_key(view), compute, block, parts, group)
         if key not in memo:  # (the source array is kept with it, so that its address is not reused)
-            memo[key] = (view.buffer.data, _tile_blocks(np.asarray(view.const_array()), compute, block, parts))
+            flat = _tile_blocks(np.asarray(view.const_array()), compute, block, parts)
+            memo[key] = (view.buffer.data, _group_blocks(flat, K, C, block, group, parts))
         flat = memo[key][1]
-        return TiledConst(builder.new_const(flat, compute), K, C, min(block, C), parts)
+        return TiledConst(builder.new_const(flat, compute), K, C, block, parts, group=group)
+
+    @property
+    def span(self) -> int:
+        """Columns of one DMA (a group of blocks)."""
+        return self.block * self.group
 
     def batch(self, index: tuple[int, ...], dims: tuple[int, ...]) -> TiledConst:
         flat = 0
@@ -63,19 +77,21 @@ class TiledConst:
             flat = flat * d + i
         return replace(self, base=flat * self.K * self.C)
 
-    def loads(self, c0: int, cn: int) -> list[tuple[int, int, int, int]]:
-        """(block start, width, rows, element offset) of the DMAs bringing columns [c0, c0 + cn): per
-        block its full K-tiles (rows = 128) and its partial K-tile (rows = K % 128)."""
+    def loads(self, c0: int, cn: int) -> list[tuple[int, int, int, int, int]]:
+        """(first column, width, rows, element offset, partition stride) of the DMAs bringing columns
+        [c0, c0 + cn) (whole blocks): per block group the requested blocks' full K-tiles (rows = 128: one
+        run per partition), then per block its partial K-tile (rows = K % 128; groups of one block)."""
         assert c0 % self.block == 0 and (cn % self.block == 0 or c0 + cn == self.C), (c0, cn, self.block)
-        full = self.K // self.parts
+        full, span = self.K // self.parts, self.span
         out = []
-        for bs in range(c0, c0 + cn, self.block):
-            w = min(self.block, self.C - bs)
-            start = self.base + bs * self.K
+        for gs in range(c0 - c0 % span, c0 + cn, span):
+            gw = min(span, self.C - gs)  # the group's columns
+            lo, hi = max(c0, gs), min(c0 + cn, gs + gw)
+            start = self.base + gs * self.K
             if full:
-                out.append((bs, w, self.parts, start))
+                out.append((lo, hi - lo, self.parts, start + (lo - gs) * full, full * gw))
             if self.K % self.parts:
-                out.append((bs, w, self.K % self.parts, start + full * self.parts * w))
+                out.append((lo, hi - lo, self.K % self.parts, start + full * self.parts * gw, 0))
         return out
 
 
@@ -86,6 +102,26 @@ def _data_key(view: View) -> tuple:
     assert data is not None
     return (data.__array_interface__["data"][0], data.dtype.str, data.shape, data.strides, view.offset,
             view.dims, view.strides, view.dtype, view.cast)
+
+
+def _group_blocks(flat: np.ndarray, K: int, C: int, block: int, group: int, parts: int) -> np.ndarray:
+    """`_tile_blocks`'s layout (K % parts == 0: per block [parts][K-tiles][w]) regrouped so that per batch
+    every run of `group` blocks is [parts][its blocks][K-tiles][w] (TiledConst.group)."""
+    if group == 1:
+        return flat
+    out = np.empty_like(flat)
+    full, span = K // parts, block * group
+    for b0 in range(0, flat.size, K * C):
+        for g0 in range(0, C, span):
+            width = min(span, C - g0)
+            nb = width // block
+            src = flat[b0 + g0 * K:b0 + (g0 + width) * K]
+            dst = out[b0 + g0 * K:b0 + (g0 + width) * K].reshape(parts, full * width)
+            head = nb * full * block
+            dst[:, :head].reshape(parts, nb, full * block)[...] = \
+                src[:nb * K * block].reshape(nb, parts, full * block).transpose(1, 0, 2)
+            dst[:, head:] = src[nb * K * block:].reshape(parts, -1)
+    return out
 
 
 def _tile_blocks(arr: np.ndarray, compute: str, block: int, parts: int) -> np.ndarray:
@@ -264,19 +300,20 @@ class KOperand:
         return loaded
 
     def _load_tiled(self, dst: Tile, c0: int, cn: int, cols: int, at: int) -> Loaded:
-        """A pre-tiled constant: per column block one DMA, contiguous on both sides (SBUF per partition:
-        the blocks side by side, each [K-tiles x width], as `Loaded.ap` reads them)."""
+        """A pre-tiled constant: per column block (or the blocks asked for of a group) one DMA, contiguous
+        on both sides (SBUF per partition: the blocks side by side, each [K-tiles x width], as `Loaded.ap`
+        reads them)."""
         tiled = self.tiled
         assert tiled is not None and at % tiled.block == 0
         self.b.place(tiled.buffer)
         name = tiled.buffer.buffer.name
         size = itemsize(self.compute)
         full = self.K // self.parts
-        for bs, w, rows, offset in tiled.loads(c0, cn):
+        for bs, w, rows, offset, stride in tiled.loads(c0, cn):
             kt0 = 0 if rows == self.parts else full
             n = (full if rows == self.parts else 1) * w
             src = AccessPattern("hbm", self.compute, offset * size, ((1, n),), partitions=rows, tensor=name,
-                                partition_stride=n if rows > 1 else 0)
+                                partition_stride=(stride or n) if rows > 1 else 0)
             target = dst.flat(self.compute, rows, n, (at + bs - c0) * self.nk + kt0 * w)
             self.b.dma(target, src, f"{self.tag} c{bs} load")
         return Loaded(self, dst, c0, cols, at, tiled.block)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from backend.deps import dependencies
-from backend.kernels.operands import _tile_blocks
+from backend.kernels.operands import _group_blocks, _tile_blocks
 from isa.program import AccessPattern, Instruction
 
 
@@ -100,6 +100,24 @@ def _tiled_reference(arr: np.ndarray, block: int, parts: int) -> np.ndarray:
             out += [blk[f * parts + p] for p in range(parts) for f in range(full)]
             out += [blk[full * parts + r] for r in range(K % parts)]
     return np.concatenate(out)
+
+
+def test_grouped_blocks_interleave_by_partition():
+    """TiledConst.group: runs of `group` blocks are [parts][blocks][K-tiles][w], the last run shorter."""
+    rng = np.random.default_rng(1)
+    parts, block, group = 16, 8, 3
+    for shape in ((32, 60), (2, 48, 24)):
+        a = rng.standard_normal(shape).astype(np.float32)
+        K, C = shape[-2:]
+        full = K // parts
+        expected = []
+        for mat in a.reshape(-1, K, C):
+            for g0 in range(0, C, block * group):
+                starts = range(g0, min(C, g0 + block * group), block)
+                expected += [mat[f * parts + p, b0:min(C, b0 + block)]
+                             for p in range(parts) for b0 in starts for f in range(full)]
+        flat = _tile_blocks(a, "f32", block, parts)
+        assert np.array_equal(_group_blocks(flat, K, C, block, group, parts), np.concatenate(expected))
 
 
 def test_transposed_weights_tile_like_contiguous_ones():

@@ -89,6 +89,56 @@ def test_constant_weights_load_in_one_run_per_block(dtype):
     assert len(bias) == 1
 
 
+@pytest.mark.parametrize("group_bytes,runs", [(12 * 1024, {1400}), (2048, {512, 376})])
+def test_constant_stationary_blocks_load_in_groups(group_bytes, runs):
+    """Short stationary blocks (K = 256: 1 KiB per partition in f32) are stored and loaded several at a time:
+    each DMA reads one run per partition of a whole group of blocks (the last group narrower), and the
+    result is the same."""
+    m, k, n = 96, 256, 700
+    x, w, b = rand(m, k, seed=1), rand(n, k, seed=2) / 10, rand(n, seed=3)
+    eye = np.eye(n, dtype=np.float32)
+    options = BackendOptions(const_group_bytes=group_bytes)
+    (out,), result = run_hlo(constant_layer_text(m, k, n, "f32"), [x, eye], constants={"w": w, "b": b},
+                             options=options)
+    np.testing.assert_allclose(out, np.maximum(x @ w.T + b, 0), **TOL["f32"])
+    reads = [i.operands["src"] for i in result.program.instructions
+             if i.opcode == "dma" and i.comment.startswith("k1.") and " stat " in i.comment]
+    assert {s.pattern[0][1] for s in reads} == runs
+    assert all(contiguous_runs(s) == 1 for s in reads)
+    assert sum(s.nbytes for s in reads) == k * n * 4
+
+
+def const_dot_text(m: int, k: int, n: int) -> str:
+    """ROOT = x @ w with w a constant stored [N, K] (nn.Linear's weight)."""
+    return (f"HloModule dot\nENTRY %main (x: f32[{m},{k}]) -> f32[{m},{n}] {{\n  %x = f32[{m},{k}] parameter(0)\n"
+            f'  %w = f32[{n},{k}] constant({{...}}), data="w"\n'
+            f"  ROOT %dot = f32[{m},{n}] dot(%x, %w), lhs_contracting_dims={{1}}, rhs_contracting_dims={{1}}\n}}\n")
+
+
+def test_single_row_takes_the_constant_weight_as_stationary():
+    """A classifier on one pooled row: the constant weight is the stationary operand (PE works through its
+    blocks as they arrive), the row the moving one; same result."""
+    k, n = 256, 700
+    x, w = rand(1, k, seed=1), rand(n, k, seed=2) / 10
+    (out,), result = run_hlo(const_dot_text(1, k, n), [x], constants={"w": w})
+    np.testing.assert_allclose(out, x @ w.T, **TOL["f32"])
+    consts = {name for name, t in result.program.tensors.items() if t.kind == "const"}
+    stat = [i for i in result.program.instructions if i.opcode == "dma" and " stat " in i.comment]
+    assert stat and all(i.operands["src"].tensor in consts for i in stat)
+
+
+def test_results_stored_a_group_of_tiles_at_a_time():
+    """A row-major result going to HBM is staged a whole group of moving tiles wide and stored in one DMA:
+    runs of more than one 512-column tile per partition (the last group, tile by tile, excepted)."""
+    m, k, n = 128, 256, 3000
+    x, w = rand(m, k, seed=1), rand(n, k, seed=2) / 10
+    (out,), result = run_hlo(const_dot_text(m, k, n), [x], constants={"w": w})
+    np.testing.assert_allclose(out, x @ w.T, **TOL["f32"])
+    stores = [i.operands["dst"] for i in result.program.instructions if i.opcode == "dma" and "store" in i.comment]
+    assert max(s.pattern[-1][1] for s in stores) > 512
+    assert sum(s.nbytes for s in stores) == m * n * 4
+
+
 @pytest.mark.parametrize("rhs_transposed", [False, True])
 def test_streamed_moving_operand_block_by_block(rhs_transposed):
     """A moving operand too large to stay in SBUF is streamed once per super-block of R stationary blocks,
