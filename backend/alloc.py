@@ -14,6 +14,7 @@ Reuse of an address is made safe by the scheduler's dependency analysis, not by 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from backend.residency import Image, ResidencyMismatch
@@ -73,12 +74,20 @@ class Pool:
     last_op: int = -1
     tiles: list[Tile] = field(default_factory=list)
     _next: int = 0
+    clock: Callable[[], int] | None = None  # the allocator's instruction clock
+    last_use: int = -1  # instruction index when a buffer was last handed out
 
     def next(self) -> Tile:
         """The next buffer in rotation."""
         tile = self.tiles[self._next % self.bufs]
         self._next += 1
+        self.touch()
         return tile
+
+    def touch(self) -> None:
+        """Note that a buffer of the pool is (re)used by the instructions emitted from now on."""
+        if self.clock is not None:
+            self.last_use = self.clock()
 
     @property
     def nbytes(self) -> int:
@@ -107,6 +116,8 @@ class Allocator:
         self.persistent_top = self.sbuf_bytes  # persistent buffers live in [persistent_top, sbuf_bytes)
         self._sbuf_next = 0
         self._psum_next = 0
+        self._psum_last = 0  # banks of the last kernel that had PSUM pools
+        self._bank_used = [-1] * self.banks  # per PSUM bank: when a buffer in it was last handed out
         self.pools: list[Pool] = []
         self.kernels: list[KernelRecord] = []
         self.staged: list[dict[str, int]] = []  # per kernel: bytes of pools staging each scratch tensor
@@ -148,7 +159,7 @@ class Allocator:
                 staged[spec.source] = staged.get(spec.source, 0) + _align(spec.nbytes) * spec.bufs
         self.staged.append(staged)
         base = self._place(need, index, where)
-        bank = self._psum_next if self._psum_next + banks <= self.banks else 0
+        bank = self._psum_start(banks)
         self._kernel = kernel
         self.kernels.append(KernelRecord(kernel, where, (base, base + need), banks, self._clock()))
         pools: dict[str, Pool] = {}
@@ -160,7 +171,7 @@ class Allocator:
                 base += size * spec.bufs
             else:
                 pool = Pool(spec.name, "psum", bank * self.bank_bytes, self.bank_bytes, spec.bufs, kernel,
-                            self._clock())
+                            self._clock(), clock=self._clock)
                 pool.tiles = [Tile("psum", (bank + i) * self.bank_bytes, self.bank_bytes, pool)
                               for i in range(spec.bufs)]
                 bank += spec.bufs
@@ -168,7 +179,26 @@ class Allocator:
             self.pools.append(pool)
             self._open.append(pool)
         self._psum_next = bank
+        if banks:
+            self._psum_last = banks
         return pools
+
+    def _psum_start(self, banks: int) -> int:
+        """First of `banks` consecutive PSUM banks for a kernel: those whose buffers the earlier kernels
+        handed out least recently (a kernel's transpose banks, used for its operands before its
+        accumulators, are free sooner), so the kernel's first PE work waits on the fewest earlier reads;
+        ties: next fit from where the previous kernel's banks ended."""
+        if banks == 0:
+            return self._psum_next if self._psum_next <= self.banks else 0
+        starts = range(self.banks - banks + 1)
+        nxt = self._psum_next if self._psum_next + banks <= self.banks else 0
+        return min(starts, key=lambda b: (max(self._bank_used[b:b + banks]), b != nxt, b))
+
+    def psum_budget(self, floor: int) -> int:
+        """PSUM banks a kernel may take and still leave the last PSUM-using kernel's banks alone (at least
+        `floor`): consecutive kernels then overlap on PE instead of the second one's first accumulation
+        waiting for the first one's last reads of the same bank."""
+        return max(floor, self.banks - self._psum_last)
 
     def _place(self, need: int, index: int, where: str) -> int:
         """Next fit of `need` bytes in the space live images leave in [0, persistent_top)."""
@@ -198,6 +228,10 @@ class Allocator:
         end = self._clock() - 1
         for pool in self._open:
             pool.last_op = end
+            if pool.memory == "psum":
+                first = pool.offset // self.bank_bytes
+                for b in range(first, first + pool.bufs):
+                    self._bank_used[b] = max(pool.last_use, pool.first_op)
         self.kernels[-1].last_op = end
         self._open = []
         self._kernel = None

@@ -132,8 +132,10 @@ def _place(images: list[Image], survey: Survey, capacity: int) -> list[Image] | 
     a contiguous block for its pools (less the pools staging tensors that become images)."""
     placed: list[Image] = []
     for image in sorted(images, key=lambda i: (i.first, -i.nbytes)):
+        # lives of adjacent kernels count as overlapping: a kernel starts while the one before it still
+        # runs, so an image its producer writes must not share bytes with one the previous kernel reads
         busy = sorted((p.offset, p.offset + p.nbytes) for p in placed
-                      if p.first <= image.last and image.first <= p.last)
+                      if p.first <= image.last + 1 and image.first <= p.last + 1)
         gaps, pos = [], 0
         for lo, hi in busy:  # free over the image's whole life
             if lo > pos:

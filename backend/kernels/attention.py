@@ -354,7 +354,9 @@ class _Attention:
             PoolSpec("pT", "sbuf", 4 * self.qmax * c2, 4),
             PoolSpec("vec", "sbuf", 4, 16),
             PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
-            PoolSpec("s", "psum", 0, 2), PoolSpec("o", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
+            PoolSpec("s", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
+        if not self._o_in_tpsum:
+            specs.append(PoolSpec("o", "psum", 0, 2))
         if self.mask_offsets:
             specs.append(PoolSpec("mask", "sbuf", self.b.target.partitions * c1, len(self.mask_offsets)))
         n_tiles = -(-self.Tq // self.qmax) * -(-self.Tk // self.W)
@@ -381,14 +383,16 @@ class _Attention:
         else:
             for operand in self._operands((0,) * self.nb):
                 operand.note_layout(plan.name, n_batches)
-        for index in itertools.product(*(range(d) for d in plan.batch_dims)):
-            if merged is not None:
-                head = max(index)  # the one batch axis of size > 1
-                qT, kT = (_HeadRows(m, head * self.dh, self.dh, b.target.partitions) for m in merged[:2])
-                vr = _HeadColumns(merged[2], head * self.dv)
-                for q0 in range(0, self.Tq, self.qmax):
+        if merged is not None:  # query blocks outer: the first rows of every head are done first
+            for q0 in range(0, self.Tq, self.qmax):
+                for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+                    head = max(index)  # the one batch axis of size > 1
+                    qT, kT = (_HeadRows(m, head * self.dh, self.dh, b.target.partitions) for m in merged[:2])
+                    vr = _HeadColumns(merged[2], head * self.dv)
                     self.block(dict(enumerate(index)), q0, min(self.qmax, self.Tq - q0), qT, kT, vr)
-                continue
+            b.alloc.end_kernel()
+            return
+        for index in itertools.product(*(range(d) for d in plan.batch_dims)):
             q, k, v = self._operands(index)
             for operand in (q, k, v):
                 operand.bind(pools)
@@ -399,6 +403,25 @@ class _Attention:
                 qT = q.load(None if q.in_sbuf else pools["qT"].next(), q0, qw, self.qmax)
                 self.block(dict(enumerate(index)), q0, qw, qT, kT, vr)
         b.alloc.end_kernel()
+
+    @property
+    def _o_in_tpsum(self) -> bool:
+        """P^T blocks of a 2-byte dtype fill half of a transpose bank (4 slots): the output accumulators
+        then live in the other half of the two transpose banks, and the kernel takes 4 PSUM banks instead
+        of 6, so the kernels before and after it (which take the other 4) overlap with it."""
+        bank = self.b.target.psum_bank_bytes
+        return itemsize(self.plan.compute2) == 2 and 4 * PSUM_SLOT * 2 + self.dv * 4 <= bank
+
+    def _out_acc(self, qw: int) -> AccessPattern:
+        """The [queries, dv] fp32 accumulator of one block: a bank of its own, or (_o_in_tpsum) the upper
+        half of a transpose bank, alternating between the two."""
+        if not self._o_in_tpsum:
+            return self.pools["o"].next().flat("f32", qw, self.dv)
+        pool = self.pools["tpsum"]
+        self._o_next = getattr(self, "_o_next", 0) + 1
+        tile = pool.tiles[self._o_next % pool.bufs]
+        pool.touch()
+        return tile.flat("f32", qw, self.dv, 4 * PSUM_SLOT * 2 // 4)
 
     def _vec(self, qw: int) -> AccessPattern:
         return self.pools["vec"].next().flat("f32", qw, 1)
@@ -412,7 +435,7 @@ class _Attention:
             live = [c for c in (plan.affine.trim(q0, qw, *c) for c in chunks) if c[1] > 0] or chunks[:1]
         else:
             live = [c for c in chunks if not self._masked(fixed, q0, qw, *c)] or chunks[:1]
-        o = self.pools["o"].next().flat("f32", qw, self.dv)
+        o = self._out_acc(qw)
         m = l_sum = None
         for i, (k0, kw) in enumerate(live):
             tag = f"{label} k{k0}"
@@ -499,21 +522,22 @@ class _Attention:
         blocks = [(j, min(parts, kw - j)) for j in range(0, kw, parts)]
         groups = [blocks[i:i + 4] for i in range(0, len(blocks), 4)]
         n_blocks = 0
+        tdt = plan.compute2 if self._o_in_tpsum else "f32"  # P^T in PSUM: exact either way
         for group in groups:
             bank = self.pools["tpsum"].next()
             pT = self.pools["pT"].next()
             for slot, (j, jw) in enumerate(group):
                 src = replace(p, offset=p.offset + j * p.itemsize, pattern=((1, jw),))
-                b.emit("pe", "transpose", f"{tag} transpose p", dst=bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT),
+                b.emit("pe", "transpose", f"{tag} transpose p", dst=bank.ap(tdt, jw, [(1, qw)], slot * PSUM_SLOT),
                        src=src)
             widths = [jw for _, jw in group]
             n_same = len(group) if len(set(widths)) == 1 else len(group) - 1  # the last block may be narrower
             b.copy(pT.ap(plan.compute2, widths[0], [(self.qmax, n_same), (1, qw)]),
-                   bank.ap("f32", widths[0], [(PSUM_SLOT, n_same), (1, qw)]), f"{tag} evacuate p^T")
+                   bank.ap(tdt, widths[0], [(PSUM_SLOT, n_same), (1, qw)]), f"{tag} evacuate p^T")
             if n_same < len(group):
                 slot, jw = len(group) - 1, widths[-1]
                 b.copy(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax),
-                       bank.ap("f32", jw, [(1, qw)], slot * PSUM_SLOT), f"{tag} evacuate p^T")
+                       bank.ap(tdt, jw, [(1, qw)], slot * PSUM_SLOT), f"{tag} evacuate p^T")
             for slot, (j, jw) in enumerate(group):
                 kt = (k0 + j) // parts
                 b.load_stationary(pT.ap(plan.compute2, jw, [(1, qw)], slot * self.qmax), f"{tag} p^T")

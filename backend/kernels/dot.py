@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec
 from backend.emit import ProgramBuilder
@@ -194,6 +194,14 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     P, F = plan.out.dims[p_axis], plan.out.dims[f_axis]
     opts, parts = builder.options, builder.target.partitions
     mt = min(opts.moving_tile, builder.target.data["pe"]["max_n"], F)
+    # feature-major with the tokens moving: token tiles of one partition block each, so the kernel's
+    # first results need only the first row block of its producer (row pipelining across kernels)
+    tokens_outer = feature_major and not mov_full.is_const and F > parts
+    if tokens_outer:
+        mt = min(mt, parts)
+    # the program's first PE work: its constant moving operand streams in while PE has nothing else to do,
+    # so PE follows the stream (every stationary block against each moving tile as it lands)
+    moving_outer = tokens_outer or (mov_full.is_const and builder.useful_macs == 0)
     pmax = min(parts, P, builder.target.data["pe"]["max_m"])
     # constants are stored as the kernel reads them: stationary in blocks of pmax columns, moving in
     # blocks of one moving tile, each block one contiguous DMA (operands.TiledConst)
@@ -258,6 +266,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
                            1 if resident else opts.moving_buffers, source=mov0.stages)]
         return specs + mov0.specs(cols), blocks, group, first
 
+    opts = builder.options = _psum_budget(builder, opts, stat0.needs_transpose_psum or mov0.needs_transpose_psum)
     # a result that goes to HBM (not kept on chip) in rows shorter than a long DMA run: stored group by group
     merge_out = (len(f_tiles) > 1 and mt * itemsize(plan.out.dtype) < MERGED_STORE_BYTES and builder.resident(
         plan.out.hbm_ap(p_axis, 0, pmax, [(f_axis, 0, mt)], dict.fromkeys(range(nb), 0))) is None)
@@ -337,7 +346,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         loop = _Loop(builder, plan, pools, loader, temps, stat, mov, dict(enumerate(index)), tag, p_axis, f_axis,
                      pmax, nk)
         loop.merged_cols = pools["out"].buf_bytes // itemsize(plan.out.dtype)
-        loop.run(supers, f_tiles, groups, resident, F)
+        loop.run(supers, f_tiles, groups, resident, F, moving_outer)
     builder.alloc.end_kernel()
 
 
@@ -370,8 +379,11 @@ class _Loop:
             out.append(self.groups[g0])
         return out
 
-    def run(self, supers, f_tiles, groups, resident: bool, F: int) -> None:
+    def run(self, supers, f_tiles, groups, resident: bool, F: int, moving_outer: bool = False) -> None:
         opts = self.b.options
+        if resident and moving_outer and len(f_tiles) > 1:
+            self.run_moving_outer(supers, f_tiles, F)
+            return
         mov_tile = self.pools["mov"].next() if resident and not self.mov.in_sbuf else None
         # first super-block of a resident moving operand: R x G fills every accumulator bank (nothing to
         # overlap yet), so PE gets the most work per moving byte while the operand streams in
@@ -421,6 +433,21 @@ class _Loop:
                 prefetch_at = len(sb_groups) - 1 if si == 0 else 0
                 if gi >= prefetch_at and len(loaded) == si + 1 and si + 1 < len(supers):
                     loaded.append(self.load_stationary_blocks(supers[si + 1]))
+
+    def run_moving_outer(self, supers, f_tiles, F: int) -> None:
+        """Moving tiles outer, every stationary block against each: PE follows the moving operand as it
+        arrives, and when the moving tiles are token blocks the results of the first token block are
+        complete first, so a kernel that consumes them by token block starts early."""
+        mov_tile = None if self.mov.in_sbuf else self.pools["mov"].next()
+        mov = None
+        for f0, fw in f_tiles:  # loaded in the order it is used, each tile from its own producer rows
+            mov = self.mov.load(mov_tile, f0, fw, F, at=f0)
+        loaded = [self.load_stationary_blocks(supers[0])]
+        for ti, grp in enumerate(f_tiles):
+            for si, sb in enumerate(supers):
+                if ti == 0 and si + 1 < len(supers):  # software pipelining of the stationary loads
+                    loaded.append(self.load_stationary_blocks(supers[si + 1]))
+                self.epilogues(sb, [grp], self.accumulate(sb, loaded[si], [grp], mov), None)
 
     def accumulate(self, sb, stat: list[Loaded], grp, mov: Loaded) -> dict:
         """K-accumulation of R blocks x G moving tiles: each load_stationary serves G matmuls."""
@@ -502,6 +529,19 @@ def _caps_descending(caps: tuple[int, int]):
         if caps == (1, 1):
             return
         caps = (caps[0], caps[1] - 1) if caps[1] > 1 else (caps[0] - 1, 1)
+
+
+def _psum_budget(builder: ProgramBuilder, opts, transposes: bool):
+    """The options with fewer PSUM banks when the kernel's accumulators (and transpose banks) would not
+    leave the previous kernel's banks free (Allocator.psum_budget; at least half the banks)."""
+    banks = builder.alloc.banks
+    acc, tps = opts.psum_acc_banks, opts.psum_transpose_banks if transposes else 0
+    budget = builder.alloc.psum_budget(banks // 2)
+    if acc + tps <= budget:
+        return opts
+    if not transposes:
+        return replace(opts, psum_acc_banks=max(2, budget))
+    return replace(opts, psum_acc_banks=max(2, budget // 2), psum_transpose_banks=max(2, budget - budget // 2))
 
 
 def _first_blocks(n_p: int, n_f: int, opts) -> int:

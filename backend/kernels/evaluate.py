@@ -458,7 +458,14 @@ class TileEvaluator:
         x, y = node.inputs
         kx, ky = self._kind[id(x)], self._kind[id(y)]
         if kx == kind and ky == kind:
-            b.tensor_tensor(out, self._array(x, kind), self._array(y, kind), op, label)
+            xa, ya = self._array(x, kind), self._array(y, kind)
+            if kind == "T" and xa.memory == "psum" and ya.memory == out.memory == "sbuf":
+                # the accumulator evacuated (ACT or DVE), the op in SBUF (DVE or GpSimd): a bias add no
+                # longer takes two streams of DVE, the busiest engine of a transformer layer
+                tmp = out if out.dtype == "f32" else self._scratch(kind)
+                b.copy(tmp, xa, f"{label} evacuate")
+                xa = tmp
+            b.tensor_tensor(out, xa, ya, op, label)
             return
         if kx == kind:
             b.tensor_scalar(out, self._array(x, kind), op, comment=label, **self._scalar_args(y))
