@@ -270,6 +270,9 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     # a result that goes to HBM (not kept on chip) in rows shorter than a long DMA run: stored group by group
     merge_out = (len(f_tiles) > 1 and mt * itemsize(plan.out.dtype) < MERGED_STORE_BYTES and builder.resident(
         plan.out.hbm_ap(p_axis, 0, pmax, [(f_axis, 0, mt)], dict.fromkeys(range(nb), 0))) is None)
+    # following a constant moving stream tile by tile stores each tile alone: short HBM rows are stored a
+    # group of tiles at a time instead (the stream order pays only for the program's first PE work)
+    moving_outer = tokens_outer or (moving_outer and not merge_out)
     caps = (opts.max_stationary_blocks, opts.group_banks)
     def grouped(bufs: int, most: int, kt: int) -> int:
         # buffers of `group` stationary blocks: the blocks loaded and not yet used span at most two super-blocks
