@@ -6,6 +6,7 @@ one compile per row, in this process; with `--write`, the .neff write too (to a 
     PYTHONPATH=. python benchmarks/compile_time.py llama resnet50       # each example at its full size
     PYTHONPATH=. python benchmarks/compile_time.py benchmarks/hf_gpt2_small.py
     PYTHONPATH=. python benchmarks/compile_time.py --write llama                # + the .neff and weights write
+    PYTHONPATH=. python benchmarks/compile_time.py --roll-layers gpt2:2 gpt2:12  # repeated layers as one loop
 
 A spec is an example name or a model file, optionally `:LAYERS` (examples' get_model(layers=...)). The phases
 shown are the backend's (lowering (survey), lowering, scheduling) and capture; `passes` sums the HLO passes.
@@ -43,10 +44,10 @@ def load(spec: str) -> tuple:
     return load_model_file(path)
 
 
-def measure(spec: str, write: bool = False) -> dict[str, float]:
+def measure(spec: str, write: bool = False, roll_layers: bool = False) -> dict[str, float]:
     model, args, kwargs = load(spec)
     cpu, wall = time.process_time(), time.perf_counter()
-    options = make_options(cache=False, quiet=True)
+    options = make_options(cache=False, quiet=True, roll_layers=roll_layers)
     # as `neuronc compile`: the model is not changed afterwards, so its weights need no copy
     exe = compile_options(model, args, options, kwargs, detach=False)
     if write:
@@ -65,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="+", help="example name or model file, optionally :LAYERS")
     parser.add_argument("--write", action="store_true", help="also write the .neff and its weights (timed)")
+    parser.add_argument("--roll-layers", action="store_true", help="compile with roll_layers (repeated layers "
+                        "as one loop)")
     args = parser.parse_args(argv)
     cols = ("cpu", "wall", "capture", "passes", *PHASES[1:], *((".neff write",) if args.write else ()))
     print(f"{'model':<32} {'instr':>8} " + " ".join(f"{c[:16]:>17}" for c in cols) + "   (seconds; phases in CPU s)")
     for spec in args.models:
-        row = measure(spec, args.write)
+        row = measure(spec, args.write, args.roll_layers)
         print(f"{spec:<32} {int(row['instructions']):>8} " + " ".join(f"{row[c]:>17.2f}" for c in cols), flush=True)
     return 0
 

@@ -128,7 +128,7 @@ class _Rewrite:
             shapes.append(conn.inputs[0][s].shape)
         for p in stacked_out:
             element[("out", p)] = len(shapes)
-            shapes.append(self._stacked_shape(template[p].shape))
+            shapes.append(self._output_rows(template[p].shape, self.k))
         state_shape = Shape.tuple_of(shapes)
         body = self._body(state_shape, element, carried, invariant)
         cond = self._condition(state_shape)
@@ -143,7 +143,7 @@ class _Rewrite:
         for p in stacked_out:
             shape = template[p].shape
             zero = self._scalar(0, shape.dtype)
-            zeros = self._new("broadcast", self._stacked_shape(shape), [zero], {"dimensions": ()})
+            zeros = self._new("broadcast", self._output_rows(shape, self.k), [zero], {"dimensions": ()})
             new += [zero, zeros]
             init.append(zeros)
         meta = {"op_name": f"rolled {self.label}"}
@@ -167,12 +167,20 @@ class _Rewrite:
             shape = template[p].shape
             for j, region in enumerate(conn.regions):
                 if (j, p) in conn.external and region[p].uid not in replacement:
-                    row = self._new("slice", self._stacked_shape(shape, 1), [gte],
-                                    {"slice": _row_slice(shape, j)}, metadata=meta)
+                    rows = self._output_rows(shape, 1)
+                    row = self._new("slice", rows, [gte], {"slice": _row_slice(rows, j)}, metadata=meta)
                     value = self._new("reshape", shape, [row], metadata=region[p].metadata)
                     new += [row, value]
                     replacement[region[p].uid] = value
         self._splice(new, replacement)
+
+    @staticmethod
+    def _output_rows(shape: Shape, layers: int) -> Shape:
+        """`layers` values of `shape` as rows of its last axis ([layers * rows, last]): a layer's value is
+        written (dynamic-update-slice at trip * rows) as many small rows, which the indirect DMA spreads over
+        queues, not as one large row on one queue."""
+        last = shape.dims[-1] if shape.rank else 1
+        return Shape.array(shape.dtype, (layers * (shape.size // last if last else 0), last))
 
     def _stacked_shape(self, shape: Shape, rows: int | None = None) -> Shape:
         return Shape.array(shape.dtype, (self.k if rows is None else rows, *shape.dims))
@@ -257,10 +265,12 @@ class _Rewrite:
         for p in conn.stacked_outputs:
             value = clone[template[p].uid]
             e = element[("out", p)]
-            row = add(self._new("reshape", self._stacked_shape(value.shape, 1), [value]))
+            rows = self._output_rows(value.shape, 1)
+            row = add(self._new("reshape", rows, [value]))
             whole = add(self._new("get-tuple-element", state_shape.tuple_shapes[e], [param], {"index": e}))
-            starts = [trip] + [zero] * value.shape.rank
-            results.append(add(self._new("dynamic-update-slice", whole.shape, [whole, row, *starts],
+            first = add(self._scalar(rows.dims[0]))
+            start = add(self._new("multiply", Shape.array(COUNTER, ()), [trip, first]))
+            results.append(add(self._new("dynamic-update-slice", whole.shape, [whole, row, start, zero],
                                          metadata=value.metadata)))
         root = add(self._new("tuple", state_shape, results, name="next_state"))
         body.instructions = insts
@@ -295,8 +305,10 @@ def _slot_map(region: list[Instruction]) -> dict[int, int]:
     return slots
 
 
-def _row_slice(shape: Shape, j: int) -> SliceSpec:
-    return SliceSpec(((j, j + 1, 1), *((0, d, 1) for d in shape.dims)))
+def _row_slice(rows: Shape, j: int) -> SliceSpec:
+    """Layer j's rows of a stacked output ([k * n, last]; `rows`: one layer's [n, last])."""
+    n, last = rows.dims
+    return SliceSpec(((j * n, (j + 1) * n, 1), (0, last, 1)))
 
 
 def _stable_topological(insts: list[Instruction], rank: dict[int, int]) -> list[Instruction]:
