@@ -97,6 +97,8 @@ def plan_split(target: Target, taps: int, full: list[int], clipped: list[int], p
             cost = max(load["pe"], ENGINE_MARGIN * max(load["act"], load["dve"], load["pool"]))
             if cost < best[0] - 1e-9:
                 best = (cost, (r, q, own))
+            if load["pool"] >= load["act"]:  # past the balance: moving more products only loads GpSimd
+                break
     if best[1] is None:
         return None
     return _split(taps, full, clipped, *best[1])
