@@ -30,7 +30,14 @@ from isa.program import AccessPattern
 from isa.target import Target
 
 PRODUCERS = ("act", "pool")  # engines multiplying a window by its tap weight (one input)
-REDUCE_BUFS = 3  # product buffers of reduce groups in rotation (one summed while the next fills)
+# the other engines' estimated loads are scaled by this before they are compared with PE's: their chains wait on
+# each other and share the engines with the scheduler's moves (ConvNeXt-tiny, trn1, bf16: 606.9 us at 1.0,
+# 606.1 at 1.1, 608.4 at 1.2, 599.4 at 1.35, 605.5 at 1.5, 601.3 at 1.7)
+ENGINE_MARGIN = 1.35
+REDUCE_BUFS = 3
+# blocks of fewer pixels stay on PE: there the fixed costs of the many small off-PE instructions (overhead,
+# semaphore waits) outweigh PE's time (ConvNeXt's stage 3, 7x7 pixels: 599.4 -> 591.1 us on PE alone)
+MIN_PIXELS = 128  # product buffers of reduce groups in rotation (one summed while the next fills)
 
 
 @dataclass(frozen=True)
@@ -65,6 +72,8 @@ def plan_split(target: Target, taps: int, full: list[int], clipped: list[int], p
     keeps the first, to start its accumulations; the add chain's ends are the next), `clipped` the others.
     The ACT work of the epilogue (one pass per block) and the building of PE's diagonal stationaries (one
     [channels, channels] op per PE tap, spread over three engines) are counted."""
+    if pixels < MIN_PIXELS:
+        return None
     pe_data = target.data["pe"]
     factor = pe_data["fp32_factor"] if compute == "f32" else 1
     mm = max(pixels, pe_data["min_interval"]) * factor / target.clock_ghz("pe")
@@ -85,9 +94,11 @@ def plan_split(target: Target, taps: int, full: list[int], clipped: list[int], p
                     "act": (r + q - own) * product["act"] + epilogue + on_pe * diag,
                     "dve": (r * per_tap + reduce_fixed if r else 0.0) + on_pe * diag,
                     "pool": max(0, q - 1) * add + own * product["pool"] + on_pe * diag}
-            cost = max(load.values())
+            cost = max(load["pe"], ENGINE_MARGIN * max(load["act"], load["dve"], load["pool"]))
             if cost < best[0] - 1e-9:
                 best = (cost, (r, q, own))
+            if load["pool"] >= load["act"]:  # past the balance: moving more products only loads GpSimd
+                break
     if best[1] is None:
         return None
     return _split(taps, full, clipped, *best[1])

@@ -8,7 +8,7 @@ Every node evaluates to one of three operand kinds, known before any instruction
 
 Selection, per node (table driven, greedy):
 - ACT computes `func(src * scale + bias)` in one pass: a chain `func?(add|subtract?(mul|div|neg?(x, s), b))`
-  whose inner nodes have one use becomes one `activation` (s: immediate or vector, b: vector); x * x is
+  whose inner nodes have one use becomes one `activation` (s, b: immediate or vector); x * x is
   ACT's `square`. When a `reduce_add` consumes the node, ACT's accumulator adds the outputs up in the
   same instruction (softmax's exp and row sum).
 - binary ops: `tensor_tensor`; `tensor_scalar` when one side is an immediate or (for a T result) a
@@ -354,25 +354,19 @@ class TileEvaluator:
 
     def _emit_act(self, node: Node, out: AccessPattern, src: Node, func: str, scale, bias, absorbed) -> None:
         b, kind = self.b, self._kind[id(node)]
-        src_ap = self._array(src, kind)
-        bias_ap = None
+        src_ap, bias_ap = self._array(src, kind), None
         if bias is not None and self._kind[id(bias[0])] == "S":  # an immediate: a [P, 1] vector of it
-            bias_ap = self._scratch("V")
-            value = float(self._fold(bias[0]))
-            b.emit(b.pick_engine(("dve", "pool")), "memset", f"{self.label} bias {value:g}",
-                   {"value": -value if bias[1] else value}, dst=bias_ap)
+            bias_ap, value = self._scratch("V"), float(self._fold(bias[0])) * (-1.0 if bias[1] else 1.0)
+            b.emit(b.pick_engine(("dve", "pool")), "memset", f"{self.label} bias", {"value": value}, dst=bias_ap)
         elif bias is not None:
             bias_ap = self._eval(bias[0]).ap  # type: ignore[union-attr]
             if bias[1]:
-                neg = self._scratch("V")
-                b.tensor_scalar(neg, bias_ap, "multiply", -1.0, f"{self.label} negate bias")
-                bias_ap = neg
+                bias_ap, plain = self._scratch("V"), bias_ap
+                b.tensor_scalar(bias_ap, plain, "multiply", -1.0, f"{self.label} negate bias")
         scale_vec = self._eval(scale).ap if isinstance(scale, Node) else None  # type: ignore[union-attr]
         imm = float(scale) if isinstance(scale, float | int) else 1.0
         reducer = self._pending_sum(node)
-        acc_ap = None
-        if reducer is not None:
-            acc_ap = self._new(reducer, "V")
+        acc_ap = self._new(reducer, "V") if reducer is not None else None
         b.activation(out, src_ap, func, bias=bias_ap, scale=imm, scale_vec=scale_vec, acc=acc_ap,
                      comment=f"{self.label} {node.op if func == 'identity' else func}")
         self._consume(node, absorbed)
