@@ -351,11 +351,9 @@ class TileEvaluator:
 
     def _emit_act(self, node: Node, out: AccessPattern, src: Node, func: str, scale, bias, absorbed) -> None:
         b, kind = self.b, self._kind[id(node)]
-        src_ap = self._array(src, kind)
-        bias_ap = None
+        src_ap, bias_ap = self._array(src, kind), None
         if bias is not None and self._kind[id(bias[0])] == "S":  # an immediate: a [P, 1] vector of it
-            bias_ap = self._scratch("V")
-            value = float(self._fold(bias[0]))
+            bias_ap, value = self._scratch("V"), float(self._fold(bias[0]))
             b.emit(b.pick_engine(("dve", "pool")), "memset", f"{self.label} bias {value:g}",
                    {"value": -value if bias[1] else value}, dst=bias_ap)
         elif bias is not None:
@@ -366,8 +364,7 @@ class TileEvaluator:
                 bias_ap = neg
         scale_vec = self._eval(scale).ap if isinstance(scale, Node) else None  # type: ignore[union-attr]
         imm = float(scale) if isinstance(scale, float | int) else 1.0
-        reducer = self._pending_sum(node)
-        acc_ap = None
+        reducer, acc_ap = self._pending_sum(node), None
         if reducer is not None:
             acc_ap = self._new(reducer, "V")
         b.activation(out, src_ap, func, bias=bias_ap, scale=imm, scale_vec=scale_vec, acc=acc_ap,
@@ -484,8 +481,7 @@ class TileEvaluator:
         return {"scalar": 0.0, "scalar_vec": operand.ap}  # type: ignore[union-attr]
 
     def _reduce(self, node: Node, out: AccessPattern) -> None:
-        op = node.op[len("reduce_"):]
-        operand = self._eval(node.inputs[0])
+        op, operand = node.op[len("reduce_"):], self._eval(node.inputs[0])
         if isinstance(operand, Tensor) and (integer.needs_exact_reduce(node) or op == "multiply"):
             self._tree_reduce(node, out, operand.ap, op)
         elif isinstance(operand, Tensor):
@@ -509,8 +505,7 @@ class TileEvaluator:
         label = f"{self.label} {node.op}"
         work = self._scratch("T", node.inputs[0].dtype)
         self.b.copy(work, src, f"{label} stage", engines=("dve", "pool"))
-        size = src.itemsize
-        n = self.fw
+        size, n = src.itemsize, self.fw
         while n > 1:
             h = n // 2
             lo = replace(work, pattern=((1, h),))
