@@ -239,6 +239,9 @@ class _Attention:
             raise CompilationError(f"{plan.where}: attention with a value dim of {self.dv} (> one PSUM bank)")
         self.W = min(self.Tk, builder.target.data["pe"]["max_n"])  # keys per chunk: one PSUM bank of scores
         self.qmax = min(parts, self.Tq)
+        bank = builder.target.psum_bank_bytes  # a 2-byte P^T fills half a transpose bank: the output accumulators
+        # take the other half of the two transpose banks, and the kernel 4 PSUM banks, not 6 (its neighbours the others)
+        self.o_in_tpsum, self.n_out = itemsize(plan.compute2) == 2 and 8 * PSUM_SLOT + 4 * self.dv <= bank, 0
         self.nkh = -(-self.dh // parts)
         self.nkv = -(-self.Tk // parts)
         self.p_axis, self.f_axis = self.nb, self.nb + 1
@@ -355,8 +358,7 @@ class _Attention:
             PoolSpec("vec", "sbuf", 4, 16),
             PoolSpec("out", "sbuf", self.dv * itemsize(self.plan.out.dtype), 2),
             PoolSpec("s", "psum", 0, 2), PoolSpec("tpsum", "psum", 0, 2)]
-        if not self._o_in_tpsum:
-            specs.append(PoolSpec("o", "psum", 0, 2))
+        specs += [PoolSpec("o", "psum", 0, 2)] * (not self.o_in_tpsum)
         if self.mask_offsets:
             specs.append(PoolSpec("mask", "sbuf", self.b.target.partitions * c1, len(self.mask_offsets)))
         n_tiles = -(-self.Tq // self.qmax) * -(-self.Tk // self.W)
@@ -383,16 +385,13 @@ class _Attention:
         else:
             for operand in self._operands((0,) * self.nb):
                 operand.note_layout(plan.name, n_batches)
-        if merged is not None:  # query blocks outer: the first rows of every head are done first
-            for q0 in range(0, self.Tq, self.qmax):
-                for index in itertools.product(*(range(d) for d in plan.batch_dims)):
-                    head = max(index)  # the one batch axis of size > 1
-                    qT, kT = (_HeadRows(m, head * self.dh, self.dh, b.target.partitions) for m in merged[:2])
-                    vr = _HeadColumns(merged[2], head * self.dv)
-                    self.block(dict(enumerate(index)), q0, min(self.qmax, self.Tq - q0), qT, kT, vr)
-            b.alloc.end_kernel()
-            return
-        for index in itertools.product(*(range(d) for d in plan.batch_dims)):
+        indices = list(itertools.product(*(range(d) for d in plan.batch_dims)))
+        for q0, index in itertools.product(range(0, self.Tq, self.qmax), indices) if merged is not None else ():
+            head = max(index)  # the one batch axis of size > 1; query blocks outer: every head's first rows first
+            qT, kT = (_HeadRows(m, head * self.dh, self.dh, b.target.partitions) for m in merged[:2])
+            vr = _HeadColumns(merged[2], head * self.dv)
+            self.block(dict(enumerate(index)), q0, min(self.qmax, self.Tq - q0), qT, kT, vr)
+        for index in indices if merged is None else ():
             q, k, v = self._operands(index)
             for operand in (q, k, v):
                 operand.bind(pools)
@@ -404,24 +403,13 @@ class _Attention:
                 self.block(dict(enumerate(index)), q0, qw, qT, kT, vr)
         b.alloc.end_kernel()
 
-    @property
-    def _o_in_tpsum(self) -> bool:
-        """P^T blocks of a 2-byte dtype fill half of a transpose bank (4 slots): the output accumulators
-        then live in the other half of the two transpose banks, and the kernel takes 4 PSUM banks instead
-        of 6, so the kernels before and after it (which take the other 4) overlap with it."""
-        bank = self.b.target.psum_bank_bytes
-        return itemsize(self.plan.compute2) == 2 and 4 * PSUM_SLOT * 2 + self.dv * 4 <= bank
-
     def _out_acc(self, qw: int) -> AccessPattern:
-        """The [queries, dv] fp32 accumulator of one block: a bank of its own, or (_o_in_tpsum) the upper
-        half of a transpose bank, alternating between the two."""
-        if not self._o_in_tpsum:
+        """A block's [queries, dv] fp32 accumulator: a bank, or the upper half of a transpose bank, in turn."""
+        if not self.o_in_tpsum:
             return self.pools["o"].next().flat("f32", qw, self.dv)
-        pool = self.pools["tpsum"]
-        self._o_next = getattr(self, "_o_next", 0) + 1
-        tile = pool.tiles[self._o_next % pool.bufs]
-        pool.touch()
-        return tile.flat("f32", qw, self.dv, 4 * PSUM_SLOT * 2 // 4)
+        self.n_out += 1
+        self.pools["tpsum"].touch()
+        return self.pools["tpsum"].tiles[self.n_out % 2].flat("f32", qw, self.dv, 2 * PSUM_SLOT)
 
     def _vec(self, qw: int) -> AccessPattern:
         return self.pools["vec"].next().flat("f32", qw, 1)
@@ -522,7 +510,7 @@ class _Attention:
         blocks = [(j, min(parts, kw - j)) for j in range(0, kw, parts)]
         groups = [blocks[i:i + 4] for i in range(0, len(blocks), 4)]
         n_blocks = 0
-        tdt = plan.compute2 if self._o_in_tpsum else "f32"  # P^T in PSUM: exact either way
+        tdt = plan.compute2 if self.o_in_tpsum else "f32"  # P^T in PSUM: exact either way
         for group in groups:
             bank = self.pools["tpsum"].next()
             pT = self.pools["pT"].next()

@@ -196,7 +196,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     mt = min(opts.moving_tile, builder.target.data["pe"]["max_n"], F)
     # feature-major with the tokens moving: token tiles of one partition block each, so the kernel's
     # first results need only the first row block of its producer (row pipelining across kernels)
-    tokens_outer = feature_major and not mov_full.is_const and F > parts
+    tokens_outer = feature_major and not mov_full.is_const and F >= 2 * parts
     if tokens_outer:
         mt = min(mt, parts)
     # the program's first PE work: its constant moving operand streams in while PE has nothing else to do,

@@ -14,8 +14,8 @@ Selection, per node (table driven, greedy):
 - binary ops: `tensor_tensor`; `tensor_scalar` when one side is an immediate or (for a T result) a
   vector, swapping the operands of commutative ops and comparisons, chaining two ALU ops for s - x.
 - reductions over the free axes: DVE `tensor_reduce` into a [pw, 1] vector.
-- select: `select`; iota: `iota` (POOL/DVE); convert/copy: `tensor_copy` or ACT copy.
-Temporaries come from free lists and return when their last user has been emitted.
+- select: `select`; iota: `iota` (POOL/DVE); convert/copy: `tensor_copy` or ACT copy. Temporaries come
+from free lists and return when their last user has been emitted.
 """
 
 from __future__ import annotations
@@ -116,13 +116,10 @@ class TileEvaluator:
                  preset: dict[int, Operand] | None = None):
         """`temps`: free lists (Temporaries.store()), or a pool whose buffers rotate, with at least
         expr.temps_needed(root) of them."""
-        self.b = builder
+        self.b, self.leaves = builder, leaves
         self.pw, self.fw = pw, fw
-        self.leaves = leaves
         self.temps = temps if isinstance(temps, TempStore) else TempStore.rotating(temps)
-        self.acc = acc
-        self.label = label
-        self.coords = coords
+        self.acc, self.label, self.coords = acc, label, coords
         self._memo: dict[int, Operand] = dict(preset or {})
         self._owned: dict[int, tuple[str, Tile]] = {}
         self._extra: list[tuple[str, Tile]] = []  # instruction-local scratch, a stack
@@ -451,14 +448,10 @@ class TileEvaluator:
         op, b, label = node.op, self.b, f"{self.label} {node.op}"
         x, y = node.inputs
         kx, ky = self._kind[id(x)], self._kind[id(y)]
-        if kx == kind and ky == kind:
-            xa, ya = self._array(x, kind), self._array(y, kind)
-            if kind == "T" and xa.memory == "psum" and ya.memory == out.memory == "sbuf":
-                # the accumulator evacuated (ACT or DVE), the op in SBUF (DVE or GpSimd): a bias add no
-                # longer takes two streams of DVE, the busiest engine of a transformer layer
-                tmp = out if out.dtype == "f32" else self._scratch(kind)
-                b.copy(tmp, xa, f"{label} evacuate")
-                xa = tmp
+        if kx == kind and ky == kind:  # the accumulator with an SBUF tile into a narrow result: to fp32 first,
+            xa, ya = self._array(x, kind), self._array(y, kind)  # so the op runs on DVE or GpSimd (bias adds)
+            if kind == "T" and xa.memory == "psum" and out.memory == ya.memory == "sbuf" and out.dtype != "f32":
+                b.copy(xa := self._scratch(kind), self._array(x, kind), f"{label} evacuate")
             b.tensor_tensor(out, xa, ya, op, label)
             return
         if kx == kind:
@@ -485,8 +478,7 @@ class TileEvaluator:
         return {"scalar": 0.0, "scalar_vec": operand.ap}  # type: ignore[union-attr]
 
     def _reduce(self, node: Node, out: AccessPattern) -> None:
-        op = node.op[len("reduce_"):]
-        operand = self._eval(node.inputs[0])
+        op, operand = node.op[len("reduce_"):], self._eval(node.inputs[0])
         if isinstance(operand, Tensor) and (integer.needs_exact_reduce(node) or op == "multiply"):
             self._tree_reduce(node, out, operand.ap, op)
         elif isinstance(operand, Tensor):
@@ -510,8 +502,7 @@ class TileEvaluator:
         label = f"{self.label} {node.op}"
         work = self._scratch("T", node.inputs[0].dtype)
         self.b.copy(work, src, f"{label} stage", engines=("dve", "pool"))
-        size = src.itemsize
-        n = self.fw
+        size, n = src.itemsize, self.fw
         while n > 1:
             h = n // 2
             lo = replace(work, pattern=((1, h),))

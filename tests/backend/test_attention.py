@@ -132,3 +132,15 @@ def test_fusion_pass_builds_the_attention_kernel():
     assert any(line.startswith("FUSED   kCustom") for line in fusion.decision_lines())
     out, _ = run(text, [q, k, v, m], fuse=True)
     np.testing.assert_allclose(out, reference(q, k, v, m), rtol=1e-4, atol=1e-4)
+
+
+def test_bf16_attention_accumulates_in_the_transpose_banks():
+    """With a 2-byte P, P^T blocks take half of each transpose bank and the output accumulators the other
+    half (over two chunks of keys too): the kernel takes 4 PSUM banks, and the result is exact."""
+    b, h, tq, tk, d = 1, 2, 200, 700, 64
+    q, k, v = (rand(b, h, t, d, seed=s).astype(BF16) for s, t in ((1, tq), (2, tk), (3, tk)))
+    m = rand(tq, tk, seed=4)
+    out, result = run(attention_text(b, h, tq, tk, d, d, "param", fused=True, dtype="bf16"), [q, k, v, m])
+    expected = reference(*(x.astype(np.float32) for x in (q, k, v)), m)
+    np.testing.assert_allclose(out, expected, rtol=2e-2, atol=2e-2)
+    assert "peak PSUM: 4 of 8 banks" in result.memory_plan
