@@ -71,20 +71,13 @@ class ProgressBar:
 @contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector: a run allocates tens of thousands of long-lived
-    objects (decoded ops, views), and repeated full collections over them doubled decode time.
-
-    On the way out the objects made meanwhile are moved to the oldest generation (``gc.freeze`` then
-    ``gc.unfreeze``: a list splice, no scan), as a collection would have left them: otherwise the
-    first allocation after ``gc.enable`` scans all of them as young objects (GPT-2's decode: ~0.05 s,
-    an eighth of it). Cyclic garbage among them is still found by the next full collection."""
+    objects (decoded ops, views), and repeated full collections over them doubled decode time."""
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            gc.freeze()
-            gc.unfreeze()
             gc.enable()
 
 
