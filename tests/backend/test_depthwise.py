@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from torch import nn
 
-import compiler
 from backend.kernels.depthwise import plan_split
 from isa.target import load_target
-
-
-def _check(model: nn.Module, x: torch.Tensor, rel: float, auto_cast: str) -> compiler.Executable:
-    model = model.eval()
-    exe = compiler.compile(model, (x,), auto_cast=auto_cast, cache=False, quiet=True)
-    with torch.no_grad():
-        want = model(x).double()
-    (got,) = exe.run(x, check=True)
-    err = float(np.max(np.abs(got.astype(np.float64) - want.numpy())) / want.abs().max())
-    assert err <= rel, err
-    return exe
+from tests.backend.test_conv_chains import _check
 
 
 @pytest.mark.parametrize("channels, size, kernel, dilation, auto_cast, rel", [
