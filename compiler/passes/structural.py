@@ -82,24 +82,35 @@ def computation_hash(computation: Computation, memo: dict[int, str] | None = Non
     return memo[key]
 
 
-def block_hash(instructions: Sequence[Instruction], memo: dict[int, str] | None = None) -> str:
-    """The structural hash of `instructions` as one subgraph: each instruction by its signature and its
-    operands, an operand inside the block by its position in the block, one outside as an input
-    (numbered in order of first use, hashed by its shape)."""
+def block_key(instructions: Sequence[Instruction], memo: dict[int, str] | None = None, *,
+              mark_constants: bool = False) -> tuple[tuple[Any, ...], list[Instruction]]:
+    """(the structural key of `instructions` as one subgraph, its inputs in order of first use): each
+    instruction by its signature and its operands, an operand inside the block by its position in the
+    block, one outside as an input (numbered in order of first use, keyed by its shape, and by whether it
+    is a constant when `mark_constants`)."""
     memo = {} if memo is None else memo
     position = {inst.uid: i for i, inst in enumerate(instructions)}
-    inputs: dict[int, int] = {}
+    slots: dict[int, int] = {}
+    inputs: list[Instruction] = []
     parts = []
     for inst in instructions:
-        operands = []
+        operands: list[tuple[Any, ...]] = []
         for o in inst.operands:
             if o.uid in position:
                 operands.append(("at", position[o.uid]))
-            else:
-                number = inputs.setdefault(o.uid, len(inputs))
-                operands.append(("input", number, shape_key(o.shape)))
+                continue
+            if o.uid not in slots:
+                slots[o.uid] = len(inputs)
+                inputs.append(o)
+            mark = (o.opcode == "constant",) if mark_constants else ()
+            operands.append(("input", slots[o.uid], shape_key(o.shape), *mark))
         parts.append((signature(inst, memo), tuple(operands)))
-    return _digest(tuple(parts))
+    return tuple(parts), inputs
+
+
+def block_hash(instructions: Sequence[Instruction], memo: dict[int, str] | None = None) -> str:
+    """The structural hash of `instructions` as one subgraph (`block_key`)."""
+    return _digest(block_key(instructions, memo)[0])
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from compiler.passes.structural import repeated_blocks, shape_key, signature
+from compiler.passes.structural import block_key, repeated_blocks, shape_key
 from hlo.ir import Computation, Instruction
 
 LAYER_PATH = re.compile(r"^(?P<prefix>[A-Za-z_][\w.]*?)\.(?P<index>\d+)(?:\.|$)")
@@ -109,22 +109,7 @@ def hashed_layers(comp: Computation) -> dict[int, list[Instruction]]:
 
 def region_key(region: list[Instruction], memo: dict[int, str]) -> tuple[Any, list[Instruction]]:
     """(the structural key of the region, its inputs by slot) (module doc)."""
-    position = {inst.uid: i for i, inst in enumerate(region)}
-    slots: dict[int, int] = {}
-    inputs: list[Instruction] = []
-    parts = []
-    for inst in region:
-        ops = []
-        for o in inst.operands:
-            if o.uid in position:
-                ops.append(("at", position[o.uid]))
-                continue
-            if o.uid not in slots:
-                slots[o.uid] = len(inputs)
-                inputs.append(o)
-            ops.append(("in", slots[o.uid], shape_key(o.shape), o.opcode == "constant"))
-        parts.append((signature(inst, memo), tuple(ops)))
-    return tuple(parts), inputs
+    return block_key(region, memo, mark_constants=True)
 
 
 def identical_runs(regions: dict[int, list[Instruction]]) -> tuple[list[list[int]], str]:

@@ -38,6 +38,7 @@ from compiler.passes.control.layer_regions import (
     metadata_layers,
 )
 from compiler.passes.interface import HloPass
+from compiler.passes.structural import block_key
 from compiler.passes.utils import new_instruction
 from hlo.ir import Computation, Instruction, Module, Shape, SliceSpec, numpy_dtype
 
@@ -296,13 +297,7 @@ class _Rewrite:
 
 def _slot_map(region: list[Instruction]) -> dict[int, int]:
     """uid of each input of the region -> its slot (in order of first use, as layer_regions.region_key)."""
-    inside = {i.uid for i in region}
-    slots: dict[int, int] = {}
-    for inst in region:
-        for o in inst.operands:
-            if o.uid not in inside and o.uid not in slots:
-                slots[o.uid] = len(slots)
-    return slots
+    return {o.uid: slot for slot, o in enumerate(block_key(region)[1])}
 
 
 def _row_slice(rows: Shape, j: int) -> SliceSpec:
