@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
+from importlib import import_module
 from typing import Any, Generic, TypeVar
 
 from backend.options import BackendOptions
@@ -47,13 +48,26 @@ class StrategyError(NeuroncError):
 class Registry(Generic[T]):
     """Named strategies of one kind; names are unique (a plug-in cannot silently replace a built-in)."""
 
-    def __init__(self, kind: str, option: str):
+    def __init__(self, kind: str, option: str, builtins: tuple[str, tuple[str, ...]] | None = None):
         self.kind = kind  # "scheduler", "tile policy", ...
         self.option = option  # the compile option that names one: "scheduler", "tile_policy", ...
         self._entries: dict[str, T] = {}
         self._origin: dict[str, str] = {}
+        # (module, names): the module whose import registers the built-in entries of these names, imported on
+        # the first lookup of an entry; option parsing names them without importing the backend
+        self._builtins = builtins
+
+    def _load_builtins(self) -> None:
+        if self._builtins is not None:
+            module, self._builtins = self._builtins[0], None
+            import_module(module)
+
+    def _pending(self) -> tuple[str, ...]:
+        """Names of built-ins not registered yet (their module is not imported)."""
+        return () if self._builtins is None else self._builtins[1]
 
     def register(self, name: str, entry: T, origin: str = "built-in", replace: bool = False) -> T:
+        self._load_builtins()
         if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
             raise StrategyError(f"{self.kind} name {name!r}: use letters, digits, '_' and '-'")
         if name in self._entries and not replace:
@@ -64,6 +78,7 @@ class Registry(Generic[T]):
         return entry
 
     def get(self, name: str) -> T:
+        self._load_builtins()
         try:
             return self._entries[name]
         except KeyError:
@@ -83,14 +98,15 @@ class Registry(Generic[T]):
         return self._origin[name]
 
     def names(self) -> list[str]:
-        return list(self._entries)
+        return [*self._pending(), *self._entries]
 
     def __contains__(self, name: object) -> bool:
-        return name in self._entries
+        return name in self._pending() or name in self._entries
 
     @contextmanager
     def scoped(self) -> Iterator[None]:
         """Registrations made inside are undone at the end (tests)."""
+        self._load_builtins()
         entries, origin = dict(self._entries), dict(self._origin)
         try:
             yield
@@ -108,7 +124,8 @@ class SchedulerSpec:
     description: str = ""
 
 
-SCHEDULERS: Registry[SchedulerSpec] = Registry("scheduler", "scheduler")
+SCHEDULER_NAMES = ("list", "ready_time", "inorder")  # the built-ins, registered by backend/schedule.py
+SCHEDULERS: Registry[SchedulerSpec] = Registry("scheduler", "scheduler", builtins=("backend.schedule", SCHEDULER_NAMES))
 
 
 def register_scheduler(name: str, *, reorders_pe_groups: bool = False, description: str = "",

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 
 from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
+from backend.registry import SCHEDULER_NAMES, SchedulerSpec, StrategyError
 from backend.registry import SCHEDULERS as REGISTRY
-from backend.registry import SchedulerSpec, StrategyError
 from isa.dtypes import WIDE_INTEGERS
 from isa.dtypes import dtype as isa_dtype
 from isa.emulator.rules import ENGINE_MEMORIES
@@ -50,7 +50,7 @@ ENGINE_SEMS = {"pe": 0, "act": 1, "dve": 2, "pool": 3}
 PE_LOAD_SEM = 4  # PE's LoadStationary completes out of order with the matmul it overlaps
 QUEUE_SEM_BASE = 5
 COMPUTE_ENGINES = ("pe", "act", "dve", "pool")
-SCHEDULERS = ("list", "ready_time", "inorder")
+SCHEDULERS = SCHEDULER_NAMES
 DMA_BACKLOG_NS = 0.0  # list scheduling: a transfer reaches its queue at most this long before the queue frees
 COPY_ENGINES = OPCODES["tensor_copy"].engines
 

@@ -18,7 +18,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,13 +26,15 @@ from compiler.cache import CompileCache, cache_key
 from compiler.executable import Executable, signature_from_json, signature_to_json
 from compiler.options import CompileOptions
 from compiler.stats import CompileStats
-from frontend.signature import Signature
 from isa import neff
 from isa import weights as side_weights
 from isa.constants import isa_dtype_of
 from isa.errors import IsaError
 from isa.neff_rewrite import StoredNeff
 from isa.program import Program
+
+if TYPE_CHECKING:
+    from frontend.signature import Signature
 
 log = logging.getLogger("neuronc")
 

@@ -16,16 +16,19 @@ from pathlib import Path
 import numpy as np
 
 from compiler import driver, options
-from compiler.autotune import autotune_options
+from compiler.lazy import lazy_import
 from compiler.model_files import load_model_file
 from compiler.sweep.cli import add_sweep_parser
-from frontend import supported_operators
 from hlo.errors import NeuroncError
 from isa import neff
-from isa.asm import load_asm_file, print_program, save_asm_file
+from isa.checks import CHECKS
 from isa.dtypes import dtype as isa_dtype
-from isa.emulator import CHECKS
 from isa.errors import InputError, IsaError
+
+# Loaded by the commands that use them: a compile-cache hit of an HLO file imports neither torch nor the backend
+autotune = lazy_import("compiler.autotune")
+frontend = lazy_import("frontend")
+asm = lazy_import("isa.asm")
 
 EXIT_ERROR = 1  # bad input: the message says what and where
 EXIT_INTERNAL = 3  # a bug of neuronc (argparse uses 2 for usage errors)
@@ -127,12 +130,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
     check_writable(output, "the output .neff")
     if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
         raise NeuroncError(f"--dump-dir {args.dump_dir} exists and is not a folder")
-    if not args.verbose:
-        quiet_torch()
     model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
+    if not args.verbose and "torch" in sys.modules:  # an HLO file never loads torch
+        quiet_torch()
     compile_options = options.from_arguments(args)
     if args.autotune:
-        compile_options = autotune_options(args.model, compile_options, args.entry, args.autotune_workers,
+        compile_options = autotune.autotune_options(args.model, compile_options, args.entry, args.autotune_workers,
                                            args.autotune_ray, args.retune)
     # the model is this process's own and never changes: the program may share its weights' memory
     exe = driver.compile_options(model, example_inputs, compile_options, example_kwargs, detach=False)
@@ -230,7 +233,7 @@ def cmd_asm(args: argparse.Namespace) -> int:
 
     check_writable(args.output, "the output .neff")
     check_utf8(args.source, "an ISA text file")
-    program = load_asm_file(args.source)
+    program = asm.load_asm_file(args.source)
     try:
         driver.load_target(program.target)
     except NeuroncError as e:
@@ -246,9 +249,9 @@ def cmd_disasm(args: argparse.Namespace) -> int:
         check_writable(args.output, "the output text")
     program = neff.load(args.neff)
     if args.output:
-        save_asm_file(program, args.output)
+        asm.save_asm_file(program, args.output)
     else:
-        sys.stdout.write(print_program(program))
+        sys.stdout.write(asm.print_program(program))
     return 0
 
 
@@ -256,7 +259,7 @@ def cmd_list_operators(args: argparse.Namespace) -> int:
     if not args.verbose:
         quiet_torch()
 
-    ops = supported_operators()
+    ops = frontend.supported_operators()
     print("\n".join(ops))
     print(f"({len(ops)} operators)", file=sys.stderr)
     return 0

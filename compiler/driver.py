@@ -9,11 +9,10 @@ import os
 import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from backend import compile_module as backend_compile
 from backend.options import BackendOptions
 from compiler import capacity
 from compiler.cache import cache_key
@@ -23,12 +22,9 @@ from compiler.executable import (
     signature_from_json,
     to_numpy,  # noqa: F401 (re-exported)
 )
+from compiler.lazy import lazy_import
 from compiler.options import CompileOptions, make_options
-from compiler.pipeline import build_pipeline
 from compiler.stats import CompileStats, Progress
-from frontend import Signature, import_model_with_signature
-from frontend.builder import shares_torch_memory
-from frontend.trace_key import trace_key
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
 from hlo.io import load_hlo_file
 from hlo.ir import Module
@@ -39,6 +35,15 @@ from isa import neff
 from isa.errors import IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
+
+if TYPE_CHECKING:
+    from frontend import Signature
+
+# A torch model's capture, the pass pipeline and the backend load when a compile needs them: a cache hit of an
+# HLO file, or loading a .neff, imports none of them (nor torch)
+backend = lazy_import("backend")
+frontend = lazy_import("frontend")
+pipeline_module = lazy_import("compiler.pipeline")
 
 log = logging.getLogger("neuronc")
 
@@ -102,7 +107,7 @@ def _import_module(model: Any, example_inputs: Sequence[Any], options: CompileOp
     the model's calling convention when it was a torch model."""
     if not isinstance(model, (Module, str, os.PathLike)):
         capacity.check_model(model, tuple(example_inputs), target_machine)
-        module, signature = import_model_with_signature(model, tuple(example_inputs), capture=options.capture,
+        module, signature = frontend.import_model_with_signature(model, tuple(example_inputs), capture=options.capture,
                                                         example_kwargs=example_kwargs)
         return module, None, None, signature
     if example_kwargs:
@@ -193,7 +198,7 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
         fast = None
         if options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
             capacity.check_model(model, tuple(example_inputs), target_machine)  # before hashing its weights
-            fast = trace_lookup(lambda: trace_key(model, example_inputs, example_kwargs), "export", options,
+            fast = trace_lookup(lambda: frontend.trace_key(model, example_inputs, example_kwargs), "export", options,
                                 target_machine, stats)
         if isinstance(fast, Executable):
             return fast
@@ -266,7 +271,7 @@ def _detach_from_model(program: Program) -> None:
     """Copy the constants that still share a torch tensor's memory (the frontend does not copy weights;
     most reach the program re-laid out anyway): the program must not change when its model does."""
     for name, array in program.constants.items():
-        if shares_torch_memory(array):
+        if frontend.shares_torch_memory(array):
             program.constants[name] = np.array(array)
 
 
@@ -286,13 +291,13 @@ def compile_module(module: Module, target_machine: Any, options: CompileOptions,
     verify_module(module)
     capacity.check_module(module, target_machine)
     input_types, output_types = _io_types(module)
-    pipeline = build_pipeline(options.opt_level, options)
+    pipeline = pipeline_module.build_pipeline(options.opt_level, options)
     if stats.progress:
         pipeline.progress = lambda name: stats.progress.update(name, len(stats.phases) + len(pipeline.runs))
     pipeline.run(module)
     for run in pipeline.runs:
         stats.add(run.name, run.seconds, run.peak_bytes, "pass", run.cpu_seconds)
-    result = backend_compile(module, target_machine, options=backend_options(options), timer=stats)
+    result = backend.compile_module(module, target_machine, options=backend_options(options), timer=stats)
     capacity.check_program(result.program, target_machine)
     if detach:
         _detach_from_model(result.program)

@@ -33,9 +33,10 @@ from torch.utils import _pytree as pytree
 from compiler.cache_entries import trace_lookup, trace_store
 from compiler.driver import compile as compile_model
 from compiler.driver import load_target
-from compiler.executable import Executable, to_torch
+from compiler.executable import Executable
 from compiler.options import CompileOptions, make_options
 from compiler.stats import CompileStats, Progress
+from compiler.torch_values import to_torch
 from frontend.builder import HLO_TO_TORCH
 from frontend.capture import attribute, capture_fx
 from frontend.lowering import lower_graph

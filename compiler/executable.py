@@ -12,29 +12,32 @@ results are widened back on the way out.
 
 from __future__ import annotations
 
-import json
-import logging
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch.utils import _pytree as pytree
 
+from compiler.lazy import lazy_import
 from compiler.stats import CompileStats
-from frontend.builder import HLO_TO_TORCH
-from frontend.signature import Signature
 from hlo.errors import LoweringError
 from isa import neff
-from isa.asm import print_program
 from isa.dtypes import dtype as isa_dtype
-from isa.emulator import Emulator, Profile, RunResult, checks_level
 from isa.errors import InputError
 from isa.program import Program
 
-log = logging.getLogger("neuronc")
+if TYPE_CHECKING:
+    from frontend.signature import Signature
+    from isa.emulator import Emulator, Profile, RunResult
+
+# torch, the emulator and the ISA printer load when a program is first run, called or printed: a cache hit that
+# only writes its .neff needs none of them
+torch_values = lazy_import("compiler.torch_values")
+isa_emulator = lazy_import("isa.emulator")
+asm = lazy_import("isa.asm")
+
 
 # HLO element type -> the numpy dtype torch gives that type (what inputs arrive as and outputs leave as)
 HLO_NUMPY: dict[str, Any] = {"f32": np.float32, "f16": np.float16, "f64": np.float64, "s64": np.int64,
@@ -56,7 +59,7 @@ class Executable:
 
     @property
     def asm(self) -> str:
-        return print_program(self.program)
+        return asm.print_program(self.program)
 
     @property
     def target(self) -> str:
@@ -118,13 +121,13 @@ class Executable:
                  id(self.program.constants))
         kept = self._emulators.get(checks)
         if kept is None or kept[0] != stamp:
-            kept = self._emulators[checks] = (stamp, Emulator(self.program, checks=checks))
+            kept = self._emulators[checks] = (stamp, isa_emulator.Emulator(self.program, checks=checks))
         return kept[1]
 
     def _execute(self, args: tuple, kwargs: dict, check: bool, progress: bool, checks: str | None = None
                  ) -> RunResult:
         feeds = self._bind(self._flat_inputs(args, kwargs))
-        return self.emulator(checks_level(check, checks)).run(feeds, progress=progress)
+        return self.emulator(isa_emulator.checks_level(check, checks)).run(feeds, progress=progress)
 
     def _outputs(self, result: RunResult) -> list[np.ndarray]:
         """The results in the dtypes torch gives them (pred as bool, s64 as int64)."""
@@ -153,7 +156,7 @@ class Executable:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Drop-in for the model: its arguments in, its output structure out, as torch tensors."""
-        outs = [_to_torch(a, t) for a, t in zip(self.run(*args, **kwargs),
+        outs = [torch_values.result_to_torch(a, t) for a, t in zip(self.run(*args, **kwargs),
                                                  self._types("output_types") or [""] * len(self.program.outputs),
                                                  strict=True)]
         if self.signature is None:
@@ -194,42 +197,24 @@ class Executable:
             neff.save(self.program, os.fspath(path), weights=weights)
 
 
-_JSON_LEAVES = (type(None), bool, int, float, str)
-
-
 def signature_to_json(signature: Signature | None) -> str | None:
     """The calling convention as JSON (kept in a saved .neff and a compile cache entry; no pickle), or None
-    when there is none or it holds something JSON cannot (a pytree node type registered without a
-    serialized name, a non-tensor argument that is not a plain value)."""
-    if signature is None:
-        return None
-    if not all(type(v) in _JSON_LEAVES for v in signature.constants.values()):
-        return None
-    try:
-        specs = [None if s is None else pytree.treespec_dumps(s) for s in (signature.in_spec, signature.out_spec)]
-    except Exception:  # torch raises several types for a node type it cannot serialize
-        return None
-    return json.dumps({"in_spec": specs[0], "out_spec": specs[1], "fed": signature.fed,
-                       "constants": [[i, v] for i, v in signature.constants.items()], "names": signature.names,
-                       "in_types": signature.in_types, "out_types": signature.out_types})
+    when there is none or it holds something JSON cannot (compiler.torch_values)."""
+    return None if signature is None else torch_values.signature_to_json(signature)
 
 
 def signature_from_json(text: str) -> Signature | None:
-    """The Signature that ``signature_to_json`` wrote; None (with a log line) when it cannot be rebuilt here,
-    e.g. the model's output class is not imported in this process (then calls take the flat inputs)."""
-    try:
-        data = json.loads(text)
-        specs = [None if s is None else pytree.treespec_loads(s) for s in (data["in_spec"], data["out_spec"])]
-        return Signature(specs[0], [int(i) for i in data["fed"]], {int(i): v for i, v in data["constants"]},
-                         [str(n) for n in data["names"]], specs[1], [str(t) for t in data["in_types"]],
-                         [str(t) for t in data["out_types"]])
-    except Exception as e:  # a type unknown here, or a damaged entry
-        log.info("neuronc: the stored calling convention cannot be rebuilt (%s: %s)", type(e).__name__, e)
-        return None
+    """The Signature that ``signature_to_json`` wrote; None (with a log line) when it cannot be rebuilt here."""
+    return torch_values.signature_from_json(text)
+
+
+def _is_tensor(value: Any) -> bool:
+    """A torch tensor (there is none unless torch was imported, so this never imports it)."""
+    return "torch" in sys.modules and torch_values.is_tensor(value)
 
 
 def _is_array(value: Any) -> bool:
-    return isinstance(value, torch.Tensor | np.ndarray | np.generic | int | float | bool)
+    return isinstance(value, np.ndarray | np.generic | int | float | bool) or _is_tensor(value)
 
 
 def _to_device(array: np.ndarray, want: Any, dt: str, label: str) -> np.ndarray:
@@ -256,26 +241,8 @@ def _from_device(array: np.ndarray, hlo_type: str) -> np.ndarray:
     return array.astype(want)
 
 
-def _to_torch(array: np.ndarray, hlo_type: str) -> torch.Tensor:
-    """A result as a torch tensor of torch's dtype for its HLO type."""
-    return to_torch(array, HLO_TO_TORCH.get(hlo_type))
-
-
-def to_torch(array: np.ndarray, dtype: torch.dtype | None) -> torch.Tensor:
-    """A numpy array as a torch tensor of ``dtype`` (None: its own); bf16 and fp8 keep their bits."""
-    array = np.ascontiguousarray(array).reshape(array.shape)  # (ascontiguousarray makes a 0-d array 1-d)
-    if dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-        ints = np.int16 if dtype == torch.bfloat16 else np.uint8
-        return torch.from_numpy(array.view(ints).copy()).view(dtype)
-    tensor = torch.from_numpy(array.copy())
-    return tensor.to(dtype) if dtype is not None and tensor.dtype != dtype else tensor
-
-
 def to_numpy(value: Any) -> np.ndarray:
     """A torch tensor or array-like as a numpy array (bf16 tensors keep their dtype)."""
-    if isinstance(value, torch.Tensor):
-        tensor = value.detach().cpu()
-        if tensor.dtype == torch.bfloat16:
-            return tensor.view(torch.int16).numpy().view(isa_dtype("bf16").numpy)
-        return tensor.numpy()
+    if _is_tensor(value):
+        return torch_values.tensor_to_numpy(value)
     return np.asarray(value)

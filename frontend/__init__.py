@@ -17,11 +17,14 @@ from typing import Any
 from hlo.errors import LoweringError
 from hlo.ir import Module
 
+from .builder import shares_torch_memory
 from .capture import capture_export, capture_fx
 from .lowering import LOWERINGS, lower_graph, supported_operators
 from .signature import Signature
+from .trace_key import trace_key
 
-__all__ = ["Signature", "import_model", "import_model_with_signature", "supported_operators"]
+__all__ = ["Signature", "import_model", "import_model_with_signature", "shares_torch_memory", "supported_operators",
+           "trace_key"]
 
 
 def import_model(model: Any, example_inputs: Sequence[Any], *, capture: str = "export",

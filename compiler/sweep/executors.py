@@ -19,8 +19,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 
-from compiler.sweep.point import THREAD_ENV, run_task
+from compiler.lazy import lazy_import
 from compiler.sweep.results import METRICS
+
+point = lazy_import("compiler.sweep.point")  # imports torch and the compiler: loaded when a point runs
 
 MAX_ATTEMPTS = 2  # a crashed worker's point is retried once
 
@@ -58,7 +60,7 @@ def _worker_main(conn: Connection) -> None:
             task = conn.recv_bytes().decode()
         except (EOFError, OSError):
             return
-        result = run_task(task)
+        result = point.run_task(task)
         try:
             conn.send_bytes(result.encode())
         except (BrokenPipeError, OSError):
@@ -68,8 +70,8 @@ def _worker_main(conn: Connection) -> None:
 @contextmanager
 def _thread_env() -> Iterator[None]:
     """The workers' environment: one BLAS thread each (spawned children copy os.environ)."""
-    saved = {k: os.environ.get(k) for k in THREAD_ENV}
-    os.environ.update(THREAD_ENV)
+    saved = {k: os.environ.get(k) for k in point.THREAD_ENV}
+    os.environ.update(point.THREAD_ENV)
     try:
         yield
     finally:

@@ -16,9 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from compiler.lazy import lazy_import
 from compiler.sweep.executors import MAX_ATTEMPTS, Executor, default_workers, failure_row
 from compiler.sweep.grid import SweepError
-from compiler.sweep.point import THREAD_ENV, run_task
+
+point = lazy_import("compiler.sweep.point")  # imports torch and the compiler: loaded when a point runs
 
 ray: Any = None  # imported when a RayExecutor is made: an optional dependency, and slow to import
 
@@ -37,7 +39,7 @@ PROJECT_PACKAGES = ("isa", "hlo", "frontend", "backend", "compiler")
 
 
 def _ray_task(task_json: str) -> str:
-    return run_task(task_json)
+    return point.run_task(task_json)
 
 
 class RayExecutor(Executor):
@@ -55,7 +57,7 @@ class RayExecutor(Executor):
         return self._workers
 
     def _runtime_env(self) -> dict:
-        env: dict = {"env_vars": dict(THREAD_ENV)}
+        env: dict = {"env_vars": dict(point.THREAD_ENV)}
         root = Path(__file__).resolve().parents[2]
         if self.address:  # a cluster elsewhere: ship the code
             env["py_modules"] = [str(root / name) for name in PROJECT_PACKAGES if (root / name).is_dir()]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from isa.checks import CHECKS
 from isa.emulator.checks import Checker
 from isa.emulator.control import ControlScheduler, check_control, has_control
 from isa.emulator.decode import decode_program
@@ -84,7 +85,6 @@ def _gc_paused() -> Iterator[None]:
 # control opcodes that read data (SBUF) into the control state: a program using one is scheduled on every run
 DATA_CONTROL = frozenset({"reg_load"})
 
-CHECKS = ("off", "rules", "full")  # --checks: none / machine rules at decode / + races, uninitialized reads
 
 
 def checks_level(check: bool = False, checks: str | None = None) -> str:
