@@ -4,9 +4,10 @@ Two kinds of entry:
 - a program, keyed by its HLO (``driver._compile_cached``): ``program.neff`` (its weights in the side file
   ``program.neff.safetensors``, memory-mapped when read back) and ``executable.json`` (the HLO text, the pass
   timing and the reports). No pickle.
-- a trace alias, keyed by a torch model's trace (``frontend.trace_key``): ``alias.json`` names the program
-  entry the model's capture led to, with the model's calling convention (``Signature`` as JSON). A lookup by
-  trace (``trace_lookup``) runs before the capture, so a hit skips torch.export and the HLO hashing; a miss
+- an alias, keyed by a torch model's trace (``frontend.trace_key``) or by an HLO input's source (its text, or
+  an .hlo file's bytes and its constants side file's): ``alias.json`` names the program entry the capture
+  led to, with the model's calling convention (``Signature`` as JSON). A lookup by alias (``trace_lookup``)
+  runs before the capture, so a hit skips torch.export or the HLO parser, and the HLO hashing; a miss
   captures as before, and ``trace_store`` records the alias once the program entry is known.
 """
 
@@ -123,14 +124,15 @@ def read_entry(folder: Path) -> Executable | None:
 
 
 def trace_lookup(digest_of: Callable[[], str | None], capture: str, options: CompileOptions, target_machine: Any,
-                 stats: CompileStats) -> Executable | tuple[CompileCache, str] | None:
-    """Look a model up by its trace before capturing it: ``digest_of()`` is its trace digest (None: not
-    keyable), ``capture`` how it would be captured (part of the key). Returns the Executable on a hit
-    (with its calling convention), else (cache, trace key) for ``trace_store``, or None."""
+                 stats: CompileStats, by: str = "trace") -> Executable | tuple[CompileCache, str] | None:
+    """Look a model up by its trace (``by``: or an HLO input by its source text) before capturing it:
+    ``digest_of()`` is its digest (None: not keyable), ``capture`` how it would be captured (part of the key).
+    Returns the Executable on a hit (with its calling convention), else (cache, key) for ``trace_store``, or
+    None."""
     cache = cache_for(options)
     if cache is None:
         return None
-    with stats.phase("cache lookup (trace)", "cache"):
+    with stats.phase(f"cache lookup ({by})", "cache"):
         digest = digest_of()
         if digest is None:
             return None
@@ -145,8 +147,8 @@ def trace_lookup(digest_of: Callable[[], str | None], capture: str, options: Com
             cache.discard(key)  # unreadable here, or its program is gone: stored again after the capture
         return cache, key
     exe.signature = alias[1]
-    stats.cache = f"hit {key[:16]} by trace ({target})"
-    log.info("neuronc: compile cache hit %s by trace (%s)", key[:16], target)
+    stats.cache = f"hit {key[:16]} by {by} ({target})"
+    log.info("neuronc: compile cache hit %s by %s (%s)", key[:16], by, target)
     exe.compile_stats = stats
     return exe
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import xxhash
 
 from backend.options import BackendOptions
 from compiler import capacity
@@ -26,7 +27,7 @@ from compiler.lazy import lazy_import
 from compiler.options import CompileOptions, make_options
 from compiler.stats import CompileStats, Progress
 from hlo.errors import HloParseError, ModelLoadError, NeuroncError, VerificationError
-from hlo.io import load_hlo_file
+from hlo.io import constants_file_of, load_hlo_file
 from hlo.ir import Module
 from hlo.parser import parse_module
 from hlo.printer import is_elided, print_module
@@ -133,6 +134,27 @@ def _import_hlo(model: Any, target_machine: Any) -> tuple[Module, str | None, st
     return module, hlo_text, text
 
 
+def _hlo_source_digest(model: str | os.PathLike) -> str | None:
+    """XXH3-128 of HLO text, or of an .hlo file's bytes and those of the constants side file its header names:
+    the key of a lookup that skips parsing (the parsed module's canonical text keys the program itself).
+    None when the file cannot be read here (the capture then says why)."""
+    text = os.fspath(model)
+    digest = xxhash.xxh3_128()
+    if "HloModule" in text or "\n" in text:
+        digest.update(text.encode())
+        return digest.hexdigest()
+    try:
+        source = Path(text).read_bytes()
+        digest.update(source)
+        side = constants_file_of(source.decode("utf-8"))
+        if side is not None:
+            digest.update(b"\0side\0")
+            digest.update((Path(text).parent / side).read_bytes())
+    except (OSError, UnicodeDecodeError):
+        return None
+    return digest.hexdigest()
+
+
 def _verify(module: Module, text: str | None, source: str | None) -> None:
     """The verifier, its error prefixed with file:line of the instruction it names when the text is known."""
     try:
@@ -196,7 +218,10 @@ def _compile_options(model: Any, example_inputs: Sequence[Any], options: Compile
     try:
         target_machine = load_target(options.target)
         fast = None
-        if options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
+        if isinstance(model, (str, os.PathLike)) and not example_kwargs:
+            fast = trace_lookup(lambda: _hlo_source_digest(model), "hlo-source", options, target_machine, stats,
+                                by="source")
+        elif options.capture == "export" and not isinstance(model, (Module, str, os.PathLike)):
             capacity.check_model(model, tuple(example_inputs), target_machine)  # before hashing its weights
             fast = trace_lookup(lambda: frontend.trace_key(model, example_inputs, example_kwargs), "export", options,
                                 target_machine, stats)

@@ -165,3 +165,26 @@ def test_errors_name_the_place():
                                                "supported by the backend"):
         compiler.compile("HloModule m\nENTRY %e {\n  %x = f32[300] parameter(0)\n"
                          "  ROOT %t = f32[300] reverse(%x), dimensions={0}\n}\n")
+
+
+def test_a_second_compile_of_an_hlo_file_is_found_by_its_source_and_its_side_file(tmp_path):
+    """The lookup by source skips parsing; an edit of the text or of the constants side file is a miss."""
+    module = parse_module(LINEAR)
+    w = next(p for p in module.entry.parameters if p.name == "w")
+    args = inputs_for(LINEAR)
+    w.opcode, w.parameter_number, w.literal = "constant", None, args[1]
+    next(p for p in module.entry.parameters if p.name == "b").parameter_number = 1
+    path = tmp_path / "linear.hlo"
+    save_hlo_file(module, path, tmp_path / "linear.npz")
+    first = compiler.compile(str(path))
+    second = compiler.compile(str(path))
+    assert first.compile_stats.cache.startswith("miss") and "by source" in second.compile_stats.cache
+    np.testing.assert_array_equal(second.run(args[0], args[2])[0], first.run(args[0], args[2])[0])
+    w.literal = args[1] * 2.0  # same text, other weights in the side file
+    save_hlo_file(module, path, tmp_path / "linear.npz")
+    changed = compiler.compile(str(path))
+    assert changed.compile_stats.cache.startswith("miss")
+    want = evaluate(load_hlo_file(path), [args[0], args[2]])
+    np.testing.assert_allclose(changed.run(args[0], args[2])[0], want[0], rtol=1e-4, atol=1e-4)
+    text = compiler.compile(LINEAR), compiler.compile(LINEAR)  # HLO text given as a string
+    assert "by source" in text[1].compile_stats.cache and text[1].asm == text[0].asm
