@@ -28,9 +28,9 @@ from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Op:
-    """One decoded instruction."""
+    """One decoded instruction (slotted: a program decodes tens of thousands, which the GC then scans)."""
 
     index: int
     inst: Instruction
