@@ -254,9 +254,8 @@ class Scheduler:
     def _dma_ready(self, op: Op) -> None:
         self.fifo[op.queue].append(op)
         if not self.queue_busy[op.queue]:
-            self._advance()
             self._start_transfer(op.queue)
-            self._reschedule()
+            self._reschedule(advance=True)
 
     def _start_transfer(self, queue: int) -> None:
         op = self.fifo[queue].popleft()
@@ -271,15 +270,14 @@ class Scheduler:
         self.active.append(Transfer(op, op.transfer_bytes, hbm))
         self.active_hbm += hbm
 
-    def _advance(self) -> None:
-        elapsed = self.now - self.dma_clock
-        for transfer in self.active:
-            transfer.remaining -= transfer.rate * elapsed
-        self.dma_clock = self.now
-
-    def _reschedule(self) -> None:
-        """Fair-share rates for the active transfers and the event of the next completion."""
+    def _reschedule(self, advance: bool = False) -> None:
+        """Fair-share rates for the active transfers and the event of the next completion; ``advance``: first
+        move them on by the time elapsed since the last event, in the same pass (a transfer started since moves
+        0.0 * elapsed bytes: none)."""
         self.dma_version += 1
+        if advance:
+            elapsed = self.now - self.dma_clock
+            self.dma_clock = self.now
         if not self.active:
             return
         n_hbm, queue_rate = self.active_hbm, self.queue_rate
@@ -287,6 +285,8 @@ class Scheduler:
         hbm_rate = queue_rate if queue_rate < share else share  # min(queue_rate, share)
         soonest = math.inf
         for transfer in self.active:
+            if advance:
+                transfer.remaining -= transfer.rate * elapsed
             rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
             left = transfer.remaining / rate
             if left < soonest:
@@ -297,7 +297,7 @@ class Scheduler:
         if version != self.dma_version:
             return
         now = self.now
-        elapsed = now - self.dma_clock  # _advance and the test for done in one pass (the same roundings)
+        elapsed = now - self.dma_clock  # advance (as _reschedule does) and test for done in one pass
         self.dma_clock = now
         active = self.active
         finished = []
