@@ -170,8 +170,10 @@ class Emulator:
             self.profile = build_profile(self.program, self.target, control.dynamic, timeline)
             self.replay = control.executed
             return
-        scheduler = Scheduler(self.ops, self.target, observer, bar)
+        scheduler = Scheduler(self.ops, self.target, observer, _half(bar, 0) if bar else None)
         timeline = scheduler.run()
+        if scheduler.defer:  # the numerics in the order the schedule ran them
+            _replay(scheduler.executed, _half(bar, len(self.ops)) if bar else None)
         self.profile = build_profile(self.program, self.target, self.ops, timeline)
         self.replay = scheduler.executed
 
@@ -180,7 +182,12 @@ class Emulator:
         return len(self.ops)
 
 
-def _replay(runners: list[Callable[[], None]], bar: ProgressBar | None) -> None:
+def _half(bar: ProgressBar, before: int) -> Callable[[int, int | None], None]:
+    """Progress of one of two passes over the instructions (a schedule, then its numerics) as half the bar."""
+    return lambda done, total: bar(before + done, None if total is None else 2 * total)
+
+
+def _replay(runners: list[Callable[[], None]], bar: Callable[[int, int | None], None] | None) -> None:
     if bar is None:
         for run in runners:
             run()

@@ -24,6 +24,8 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import fields
+from operator import attrgetter
 
 import numpy as np
 
@@ -35,6 +37,8 @@ from isa.errors import IsaError, ProgramError, RuleViolation
 from isa.instructions import BRANCH_OPCODES, CONTROL_OPCODES
 from isa.program import ENGINES, Program
 from isa.target import Target
+
+_op_fields = attrgetter(*(f.name for f in fields(Op)))  # an Op's fields in the order its constructor takes them
 
 INT32_MIN, INT32_MAX = -(2 ** 31), 2 ** 31 - 1
 CONTROL = frozenset(CONTROL_OPCODES)
@@ -192,8 +196,7 @@ class ControlScheduler(Scheduler):
         if cause is not None and self.now > earliest:
             self.timeline.stalls[stream.name][self.sem_source[cause]] += self.now - earliest
         stream.pending = True
-        dyn = object.__new__(Op)  # a copy of the decoded op (dataclasses.replace is 5x slower)
-        dyn.__dict__.update(op.__dict__)
+        dyn = Op(*_op_fields(op))  # a copy of the decoded op (dataclasses.replace is 5x slower)
         dyn.source = op.index
         dyn.index = len(self.dynamic)
         dyn.waits = tuple((s, base[s] + v) for s, v in waits if v > 0)

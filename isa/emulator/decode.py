@@ -28,9 +28,9 @@ from isa.program import ENGINES, AccessPattern, Instruction, Program
 from isa.target import Target
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Op:
-    """One decoded instruction."""
+    """One decoded instruction (slotted: a program decodes tens of thousands, which the GC then scans)."""
 
     index: int
     inst: Instruction
@@ -57,16 +57,6 @@ class Op:
     def label(self) -> str:
         """How errors name the instruction (``describe``), built when asked: decode makes tens of thousands."""
         return describe(self.index if self.source < 0 else self.source, self.inst)
-
-
-def _structure(index: int, inst: Instruction, known: dict[tuple, OpcodeSpec]) -> OpcodeSpec:
-    """The structural checks kept when the machine rules are off: engine, opcode, operands (``known``: the
-    (engine, opcode, operand names) already found valid)."""
-    key = (inst.engine, inst.opcode, tuple(inst.operands))
-    spec = known.get(key)
-    if spec is None:
-        spec = known[key] = _check_structure(index, inst)
-    return spec
 
 
 def _check_structure(index: int, inst: Instruction) -> OpcodeSpec:
@@ -111,48 +101,52 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
 
     Per-instruction work is kept to dictionary lookups: the compiler's programs share one
     ``AccessPattern`` object per distinct pattern (the .neff decoder builds one per encoding), so views,
-    DMA run counts and costs that depend only on the target and engine are looked up by identity."""
+    DMA run counts and sizes are looked up by identity, and found per geometry (the pattern but its start)
+    when new; costs that depend only on the target and engine are computed once per engine."""
     checker = RuleChecker(program, target) if rules else None
     state = state or EngineState(target.partitions)
     stationary_k = 0
     previous: dict[str, Instruction] = {}  # the last instruction of each engine so far
     access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
                                          for name, spec in OPCODES.items()}
-    known, make_view = memory.views, memory.make_view  # one view per distinct pattern
-    by_id: dict[int, np.ndarray] = {}  # id(pattern) -> its view (patterns live as long as the program)
-    runs: dict[int, int] = {}  # id(pattern) -> contiguous_runs(pattern)
-    shapes: dict[tuple, int] = {}  # (in HBM, pattern, partitions, partition stride) -> contiguous_runs
+    geometry_of = memory.geometry_of
+    # id(pattern) -> (its view, contiguous_runs, nbytes); patterns live as long as the program
+    by_id: dict[int, tuple[np.ndarray, int, int]] = {}
+    # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, runs, nbytes)
+    geometries: dict[tuple, tuple] = {}
     engine_costs: dict[tuple[str, str], float] = {}
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
     dependent = frozenset(target.data["stream"]["dependent_overhead_engines"])
     structures: dict[tuple, OpcodeSpec] = {}
     ops: list[Op] = []
     append = ops.append
+    ndarray = np.ndarray
+
+    def info_of(ap: AccessPattern) -> tuple[np.ndarray, int, int]:
+        """(view, contiguous runs, bytes) of a pattern not seen before; the last two and the view's layout
+        are the same for patterns that differ only in where they start."""
+        key = (ap.memory, ap.tensor, ap.dtype, ap.pattern, ap.partitions, ap.partition_stride)
+        geometry = geometries.get(key)
+        if geometry is None:
+            geometry = geometries[key] = (*geometry_of(ap), contiguous_runs(ap), ap.nbytes)
+        base, dt, shape, strides, row, runs, nbytes = geometry
+        offset = ap.offset if row is None else ap.start_partition * row + ap.offset
+        info = by_id[id(ap)] = (ndarray(shape, dt, base, offset, strides), runs, nbytes)
+        return info
 
     def view_of(ap: AccessPattern) -> np.ndarray:
-        array = by_id.get(id(ap))
-        if array is None:
-            array = known.get(ap)
-            if array is None:
-                array = make_view(ap)
-            by_id[id(ap)] = array
-        return array
-
-    def runs_of(ap: AccessPattern) -> int:
-        count = runs.get(id(ap))
-        if count is None:  # the same for patterns that differ only in where they start
-            key = (ap.memory == "hbm", ap.pattern, ap.partitions, ap.partition_stride)
-            count = shapes.get(key)
-            if count is None:
-                count = shapes[key] = contiguous_runs(ap)
-            runs[id(ap)] = count
-        return count
+        return (by_id.get(id(ap)) or info_of(ap))[0]
 
     for index, inst in enumerate(program.instructions):
-        spec = checker.check(index, inst) if checker else _structure(index, inst, structures)
         engine, opcode, operands = inst.engine, inst.opcode, inst.operands
-        waits = tuple((int(s), int(v)) for s, v in inst.waits) if inst.waits else ()
-        signals = tuple(int(s) for s in inst.signals) if inst.signals else ()
+        if checker is not None:
+            spec = checker.check(index, inst)
+        else:
+            spec = structures.get((engine, opcode, *operands))
+            if spec is None:
+                spec = structures[engine, opcode, *operands] = _check_structure(index, inst)
+        waits = tuple([(int(s), int(v)) for s, v in inst.waits]) if inst.waits else ()
+        signals = tuple([int(s) for s in inst.signals]) if inst.signals else ()
         cost = spec.cost
         if cost in ENGINE_COSTS:
             duration = engine_costs.get((cost, engine))
@@ -165,9 +159,10 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         previous[engine] = inst
         if opcode == "dma":  # the bulk of a program: its own short path
             dst, src = operands["dst"], operands["src"]
-            nbytes = src.nbytes
-            transfer = nbytes + overhead * max(runs_of(src), runs_of(dst))  # dma_effective_bytes
-            append(Op(index, inst, engine, opcode, waits, signals, duration, _dma_runner(view_of(dst), view_of(src)),
+            dst_view, dst_runs, _ = by_id.get(id(dst)) or info_of(dst)
+            src_view, src_runs, nbytes = by_id.get(id(src)) or info_of(src)
+            transfer = nbytes + overhead * (src_runs if src_runs > dst_runs else dst_runs)  # dma_effective_bytes
+            append(Op(index, inst, engine, opcode, waits, signals, duration, _dma_runner(dst_view, src_view),
                       (src,), (dst,), 0, int(inst.attrs.get("queue", 0)), transfer,
                       nbytes if src.memory == "hbm" else 0, nbytes if dst.memory == "hbm" else 0))
             continue

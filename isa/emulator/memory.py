@@ -104,12 +104,13 @@ class Memory:
         key = (ap.memory, ap.tensor, ap.dtype, ap.pattern, ap.partitions, ap.partition_stride)
         geometry = self.geometry.get(key)  # patterns that differ only in where they start share the rest
         if geometry is None:
-            geometry = self.geometry[key] = self._geometry(ap)
+            geometry = self.geometry[key] = self.geometry_of(ap)
         base, dt, shape, strides, row = geometry
         offset = ap.offset if row is None else ap.start_partition * row + ap.offset
         return np.ndarray(shape, dtype=dt, buffer=base, offset=offset, strides=strides)
 
-    def _geometry(self, ap: AccessPattern) -> tuple[np.ndarray, np.dtype, tuple[int, ...], tuple[int, ...], int | None]:
+    def geometry_of(self, ap: AccessPattern) -> tuple[np.ndarray, np.dtype, tuple[int, ...], tuple[int, ...],
+                                                      int | None]:
         """(buffer, numpy dtype, shape, strides, bytes per partition row on chip or None in HBM) of ``ap``."""
         dt = _NUMPY_DTYPES.get(ap.dtype) or _NUMPY_DTYPES.setdefault(ap.dtype, lookup_dtype(ap.dtype).numpy)
         size = dt.itemsize

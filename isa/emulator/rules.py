@@ -117,6 +117,8 @@ class RuleChecker:
         self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid
         self.valid_structures: dict[tuple, OpcodeSpec] = {}
+        self.n_sems = target.data["semaphores"]
+        self.dma_queues = target.data["dma"]["queues"]
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
         who = _Who(index, inst)  # the instruction's name, formatted only when a message needs it
@@ -124,14 +126,15 @@ class RuleChecker:
         engine, opcode = inst.engine, inst.opcode
         if engine not in spec.engines:
             self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
-        n_sems = self.target.data["semaphores"]
+        n_sems = self.n_sems
         for sem, _ in inst.waits:
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
         for sem in inst.signals:
             if not 0 <= sem < n_sems:
                 self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
-        indirect = indirect_side(opcode, inst.attrs)  # checked by its opcode rule (isa.emulator.indirect)
+        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect)
+        indirect = indirect_side(opcode, inst.attrs) if opcode == "dma_indirect" else None
         valid = self.valid_operands
         for name, ap in inst.operands.items():
             if name == indirect:
@@ -234,7 +237,18 @@ class RuleChecker:
             lo, hi = byte_bounds(ap)
             self.geometries[key] = (lo - ap.offset, hi - ap.offset)
             return
-        self._bounds(who, f"operand {name}", ap, ap.offset + reach[0], ap.offset + reach[1])
+        lo, hi = ap.offset + reach[0], ap.offset + reach[1]
+        if lo < 0 or hi > self._memory_bytes(ap):  # the message, named only when it fails
+            self._bounds(who, f"operand {name}", ap, lo, hi)
+
+    def _memory_bytes(self, ap: AccessPattern) -> int:
+        """The bytes ``ap`` may address: its HBM tensor's, or one SBUF/PSUM partition's."""
+        if ap.memory == "hbm":
+            size = self.tensor_bytes.get(ap.tensor)
+            if size is None:
+                size = self.tensor_bytes[ap.tensor] = self.program.tensors[ap.tensor].nbytes
+            return size
+        return self.target.sbuf_partition_bytes if ap.memory == "sbuf" else self.target.psum_partition_bytes
 
     def _bounds(self, who: str, what: str, ap: AccessPattern, lo: int, hi: int) -> None:
         """The bytes [lo, hi) of ``ap`` lie inside its HBM tensor or its SBUF/PSUM partition."""
@@ -417,13 +431,14 @@ class RuleChecker:
 
     def _dma(self, who: str, inst: Instruction) -> None:
         dst, src = inst.operands["dst"], inst.operands["src"]
-        queues = self.target.data["dma"]["queues"]
+        queues = self.dma_queues
         queue = inst.attrs.get("queue", 0)
         if not 0 <= queue < queues:
             self._fail(who, "DMA queue out of range", f"queue {queue}, target has {queues}")
         if dst.dtype != src.dtype:
             self._fail(who, "DMA sides differ in dtype", f"dst {dst.dtype}, src {src.dtype}")
-        self._same_shape(who, inst, ("dst", "src"))
+        if dst.partitions != src.partitions or dst.free_size != src.free_size:
+            self._same_shape(who, inst, ("dst", "src"))  # its message
 
 
 def _no_rule(checker: RuleChecker, who: str, inst: Instruction) -> None:

@@ -1,9 +1,10 @@
 """Event-driven execution in global time order: five in-order engine streams and 16 DMA queues.
 
 An instruction starts when its engine is free and all its semaphore waits hold; its numerics run
-at its start, in global time order. Completions increment semaphores (``dma``: when the transfer
-completes, not when SP triggers it). A heap of timed events drives everything; when it runs dry
-while an engine still has instructions, the program is deadlocked.
+at its start, in global time order (straight-line code without an observer: recorded in that order and
+run by the caller once the schedule is known, see ``Scheduler.defer``). Completions increment
+semaphores (``dma``: when the transfer completes, not when SP triggers it). A heap of timed events
+drives everything; when it runs dry while an engine still has instructions, the program is deadlocked.
 
 Timing (figures from the target file, rules from machine-model.md):
 - PE: ``load_stationary`` may start once the previous PE instruction has *started* (it runs in the
@@ -111,6 +112,10 @@ class Scheduler:
                          DMA_DONE: self._dma_done}
         # straight-line code without an observer takes shortcuts that change no time or order (see _start)
         self.direct = observer is None and type(self)._next_position is Scheduler._next_position
+        # and leaves the numerics to its caller: timing does not depend on data, so running ``executed`` in order
+        # once the schedule is known gives the same results (isa.emulator.Emulator does); an observer and control
+        # flow (registers read from SBUF) need each instruction's data when it starts
+        self.defer = self.direct
         self.horizon = 0.0  # the latest end recorded without a DONE event
 
     def run(self) -> Timeline:
@@ -168,7 +173,8 @@ class Scheduler:
             if stream.pos >= len(stream.ops):
                 self.observer.on_stream_end(stream.name)
         if op.queue < 0:  # dma moves its data when the transfer starts
-            op.run()
+            if not self.defer:
+                op.run()
             self.executed.append(op.run)
             if self.direct and not op.signals:
                 # nothing happens at its end but the record: no DONE event (its time still counts at the end)
@@ -248,9 +254,8 @@ class Scheduler:
     def _dma_ready(self, op: Op) -> None:
         self.fifo[op.queue].append(op)
         if not self.queue_busy[op.queue]:
-            self._advance()
             self._start_transfer(op.queue)
-            self._reschedule()
+            self._reschedule(advance=True)
 
     def _start_transfer(self, queue: int) -> None:
         op = self.fifo[queue].popleft()
@@ -258,21 +263,21 @@ class Scheduler:
         self.timeline.transfer_start[op.index] = self.now
         if self.observer:
             self.observer.on_transfer(op)
-        op.run()
+        if not self.defer:
+            op.run()
         self.executed.append(op.run)
         hbm = bool(op.hbm_read or op.hbm_write)
         self.active.append(Transfer(op, op.transfer_bytes, hbm))
         self.active_hbm += hbm
 
-    def _advance(self) -> None:
-        elapsed = self.now - self.dma_clock
-        for transfer in self.active:
-            transfer.remaining -= transfer.rate * elapsed
-        self.dma_clock = self.now
-
-    def _reschedule(self) -> None:
-        """Fair-share rates for the active transfers and the event of the next completion."""
+    def _reschedule(self, advance: bool = False) -> None:
+        """Fair-share rates for the active transfers and the event of the next completion; ``advance``: first
+        move them on by the time elapsed since the last event, in the same pass (a transfer started since moves
+        0.0 * elapsed bytes: none)."""
         self.dma_version += 1
+        if advance:
+            elapsed = self.now - self.dma_clock
+            self.dma_clock = self.now
         if not self.active:
             return
         n_hbm, queue_rate = self.active_hbm, self.queue_rate
@@ -280,6 +285,8 @@ class Scheduler:
         hbm_rate = queue_rate if queue_rate < share else share  # min(queue_rate, share)
         soonest = math.inf
         for transfer in self.active:
+            if advance:
+                transfer.remaining -= transfer.rate * elapsed
             rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
             left = transfer.remaining / rate
             if left < soonest:
@@ -289,15 +296,22 @@ class Scheduler:
     def _dma_done(self, version: int) -> None:
         if version != self.dma_version:
             return
-        self._advance()
-        finished, active = [], []
-        for t in self.active:  # done: within EPS_BYTES * max(1, rate) of its end
-            (finished if t.remaining <= EPS_BYTES * (t.rate if t.rate > 1.0 else 1.0) else active).append(t)
-        self.active = active
-        self.active_hbm -= sum(t.hbm for t in finished)
+        now = self.now
+        elapsed = now - self.dma_clock  # advance (as _reschedule does) and test for done in one pass
+        self.dma_clock = now
+        active = self.active
+        finished = []
+        for t in active:  # done: within EPS_BYTES * max(1, rate) of its end
+            rate = t.rate
+            remaining = t.remaining = t.remaining - rate * elapsed
+            if remaining <= EPS_BYTES * (rate if rate > 1.0 else 1.0):
+                finished.append(t)
+        for transfer in finished:
+            active.remove(transfer)  # identity (eq=False); the others keep their order
+            self.active_hbm -= transfer.hbm
         for transfer in finished:
             op = transfer.op
-            self.timeline.transfer_end[op.index] = self.now
+            self.timeline.transfer_end[op.index] = now
             self.queue_busy[op.queue] = False
             self._fire(op, f"dma.q{op.queue}", True)
         for transfer in finished:

@@ -212,8 +212,13 @@ def _schedule(prog, direct: bool):
     emulator = Emulator(prog)  # rules checked
     emulator.memory.load_inputs(inputs(prog))
     scheduler = Scheduler(emulator.ops, emulator.target)
-    scheduler.direct = direct
+    # the shortcuts with the numerics run after the schedule (as Emulator runs them), or every event with the
+    # numerics at each instruction's start
+    scheduler.direct = scheduler.defer = direct
     timeline = scheduler.run()
+    if direct:
+        for run in scheduler.executed:
+            run()
     order = [next(op.index for op in emulator.ops if op.run is run) for run in scheduler.executed]
     outputs = {name: emulator.memory.read_tensor(name) for name in prog.outputs}
     stalls = {engine: dict(by) for engine, by in timeline.stalls.items() if by}

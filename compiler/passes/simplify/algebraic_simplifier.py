@@ -4,7 +4,8 @@ AlgebraicSimplifier, the subset that matters here).
 The rules are tables of one function per opcode: data movement (dot/transpose folding, reshape, broadcast,
 slice, concatenate, pad and dynamic-slice identities and chains) in simplify_shape.py, arithmetic and type
 rules (neutral operands, ``x * 0`` for ints, involutions, idempotence, select, trivial reduce, convert
-chains) in simplify_arith.py; each module's docstring lists its rewrites. A rule either replaces an
+chains) in simplify_arith.py, a constant small integer exponent of ``power`` as multiplications in
+simplify_power.py; each module's docstring lists its rewrites. A rule either replaces an
 instruction by another one (which is then removed, as XLA's ``ReplaceInstruction`` does) or updates it in
 place, keeping its name and metadata. Operands a rewrite leaves dead are left to ``dce``; chains collapse over
 the iterations of the ``simplification`` fixed point.
@@ -15,11 +16,12 @@ from __future__ import annotations
 from compiler.passes.interface import HloPass
 from compiler.passes.simplify.rewrite import Rewrite, RewriteContext
 from compiler.passes.simplify.simplify_arith import ARITH_RULES
+from compiler.passes.simplify.simplify_power import POWER_RULES
 from compiler.passes.simplify.simplify_shape import SHAPE_RULES
 from compiler.passes.utils import reachable_computations, replace_instruction
 from hlo.ir import Computation, Instruction, Module
 
-RULES: dict[str, Rewrite] = {**SHAPE_RULES, **ARITH_RULES}
+RULES: dict[str, Rewrite] = {**SHAPE_RULES, **ARITH_RULES, **POWER_RULES}
 
 
 class AlgebraicSimplifier(HloPass):
