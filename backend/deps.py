@@ -115,7 +115,7 @@ class _Space:
         mask &= self.p1[:n] > box[0]
         mask &= self.lo[:n] < box[3]
         mask &= self.hi[:n] > box[2]
-        overlap = idx = np.flatnonzero(mask)
+        overlap = idx = mask.nonzero()[0]
         if runs is not None and len(idx):
             period, first, last = _period(runs)
             if period:
@@ -141,6 +141,9 @@ class _Space:
             idx = np.arange(n)
         else:
             idx = np.concatenate([candidates, np.arange(since, n)])
+        if len(idx) <= _FEW:
+            self._cover_few(box, exclude, idx)
+            return
         idx = idx[idx != exclude]
         mask = self.alive[idx] & (p0[idx] < box[1])
         mask &= p1[idx] > box[0]
@@ -162,6 +165,37 @@ class _Space:
         high = parts_cut & (p1[idx] <= box[1])
         p0[idx[low]] = box[1]
         p1[idx[high]] = box[0]
+
+
+    def _cover_few(self, box, exclude: int, idx: np.ndarray) -> None:
+        """`cover` of a few candidates (no duplicates), one at a time: the same updates as the masks of
+        `cover` (a record cut at one end keeps the other; one cut in its middle is kept whole), without
+        their ~60 numpy calls (a write usually meets a dozen records)."""
+        q0, q1, qlo, qhi = box
+        ids = idx.tolist()
+        alive, p0, p1, lo, hi = self.alive, self.p0, self.p1, self.lo, self.hi
+        rows = zip(ids, alive[idx].tolist(), p0[idx].tolist(), p1[idx].tolist(), lo[idx].tolist(),
+                   hi[idx].tolist())
+        for i, live, a0, a1, b0, b1 in rows:
+            if i == exclude or not live or not (a0 < q1 and a1 > q0 and b0 < qhi and b1 > qlo):
+                continue
+            in_p = a0 >= q0 and a1 <= q1
+            in_b = b0 >= qlo and b1 <= qhi
+            if in_p and in_b:
+                alive[i] = False
+            elif in_p:  # every partition, some bytes: keep the side the box leaves
+                if b0 >= qlo:
+                    lo[i] = qhi
+                elif b1 <= qhi:
+                    hi[i] = qlo
+            elif in_b:
+                if a0 >= q0:
+                    p0[i] = q1
+                elif a1 <= q1:
+                    p1[i] = q0
+
+
+_FEW = 48  # candidates up to which `cover` tests them one by one in Python (numpy's calls cost more)
 
 
 def _access(ap: AccessPattern) -> tuple[str, tuple[int, int, int, int], tuple[np.ndarray, int] | None, bool]:

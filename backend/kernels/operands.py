@@ -161,16 +161,25 @@ def _tile_blocks(arr: np.ndarray, compute: str, block: int, parts: int) -> np.nd
 
 def _transpose_blocks(arr: np.ndarray, out: np.ndarray, nb: int, full: int, parts: int, block: int) -> None:
     """`out` ([nb][K * block]) gets per block [parts][full][block] (the full K-tiles) from a [full *
-    parts, nb * block] array whose rows are its short stride: one [parts, block] tile at a time, so that
-    both sides of each strided copy stay in cache (a whole-array transposing copy misses on every element
-    of one side: a 128256 x 2048 embedding read as the LM head's weight took 2-3 s instead of 1)."""
+    parts, nb * block] array whose rows are its short stride. Per column block, the [K, block] transpose is
+    built in a scratch array `_TRANSPOSE_ROWS` source rows at a time (each a contiguous run of the source,
+    so that few pages are touched at once: a torch tensor's memory has no huge pages, and a transposing
+    copy striding over all K rows missed the TLB on every element), then its rows are regrouped by
+    partition. A 128256 x 2048 embedding read as the LM head's weight: 3.0 s -> 0.4-0.6 s."""
     if not full:
         return
     dst = out.reshape(nb, -1)[:, :full * parts * block].reshape(nb, parts, full, block)
+    rows = arr.T  # [nb * block, full * parts]: the source's rows
+    scratch = np.empty((full * parts, block), dtype=arr.dtype)
+    step = _TRANSPOSE_ROWS
     for bi in range(nb):
-        cols = arr[:, bi * block:(bi + 1) * block]
-        for f in range(full):
-            dst[bi, :, f, :] = cols[f * parts:(f + 1) * parts]
+        src = rows[bi * block:(bi + 1) * block]
+        for j in range(0, block, step):
+            np.copyto(scratch[:, j:j + step], src[j:j + step].T)
+        dst[bi] = scratch.reshape(full, parts, block).transpose(1, 0, 2)
+
+
+_TRANSPOSE_ROWS = 16  # source rows per transposing copy (measured: 8 -> 0.51 s, 16 -> 0.36, 32 -> 0.64 on 1 GB)
 
 
 class KOperand:
