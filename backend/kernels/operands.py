@@ -106,9 +106,9 @@ def _data_key(view: View) -> tuple:
 
 def _fresh(size: int, dtype) -> np.ndarray:
     """An uninitialised flat array; from 64 MiB in anonymous memory mapped with its pages populated at
-    once. np.empty's memory is advised for huge pages, whose first touch on this kind of VM costs the
-    kernel 1.7-2.5 s of system time per GB (zeroing and compaction, page by page), against ~0.3 s for a
-    populated mapping (Llama's LM head: 1 GB of tiles)."""
+    once. np.empty's memory is advised for huge pages, whose first touch on this VM cost the kernel
+    0.4-2.5 s of system time per GB (zeroing, and compaction when huge pages are short), against 0.3-0.8 s
+    measured for a populated mapping (Llama's LM head: 1 GB of tiles)."""
     dtype = np.dtype(dtype)
     nbytes = size * dtype.itemsize
     if nbytes < _FRESH_MAPPED or not hasattr(mmap, "MAP_POPULATE"):
