@@ -450,18 +450,27 @@ def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[i
     ordinal = [0] * len(ops)  # completion number within its stream, from 1
     at: dict[tuple[int, int], int] = {}  # (stream, ordinal) -> op
     counts = [0] * n_streams
+    issuer: list[str | None] = [None] * n_streams  # the engine issuing all of a stream's instructions ("": several)
     for i in order:  # streams and ordinals depend on the order alone
         stream = _sem(_stream(ops[i], queues.get(i)))
         stream_of[i] = stream
         counts[stream] += 1
         ordinal[i] = counts[stream]
         at[(stream, ordinal[i])] = i
+        if issuer[stream] != ops[i].engine:
+            issuer[stream] = ops[i].engine if issuer[stream] is None else ""
+    pe, pe_load = ENGINE_SEMS["pe"], PE_LOAD_SEM
+    # A stream issued by one engine knew, at each earlier completion, at most what that engine knows now
+    # (an engine's knowledge only grows), but for its own count and, for PE's matmuls, the LoadStationary
+    # count: its knowledge after a completion is then the issuer's, those entries aside (no merge of the
+    # two vectors).
+    single = [bool(e) for e in issuer]
+    single[pe] = single[pe] and issuer[pe_load] in (None, issuer[pe])
     first, need_stream, need_value = _needed_waits(ops, preds, stream_of, ordinal, n_streams)
     known_after: list[list[int]] = [none] * len(ops)  # what is known to have completed once op i completed
     issue_known: dict[str, list[int]] = {}  # per issuing engine: what it knows now
     stream_known = [none] * n_streams  # per stream: knowledge of its last completion
     waits_of: dict[int, list[tuple[int, int]]] = {}
-    pe, pe_load = ENGINE_SEMS["pe"], PE_LOAD_SEM
     for i in order:
         inst = ops[i]
         stream = stream_of[i]
@@ -487,9 +496,14 @@ def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[i
             know[ps] = max(know[ps], value)
         waits_of[i] = waits
         issue_known[inst.engine] = know
-        after = list(map(max, know, stream_known[stream]))  # the stream completes in order
-        if stream == pe:  # a matmul starts once the last LoadStationary completed (not vice versa)
-            after = list(map(max, after, stream_known[pe_load]))
+        if single[stream]:
+            after = list(know)
+            if stream == pe:
+                after[pe_load] = max(know[pe_load], stream_known[pe][pe_load], stream_known[pe_load][pe_load])
+        else:
+            after = list(map(max, know, stream_known[stream]))  # the stream completes in order
+            if stream == pe:  # a matmul starts once the last LoadStationary completed (not vice versa)
+                after = list(map(max, after, stream_known[pe_load]))
         after[stream] = ordinal[i]
         stream_known[stream] = after
         known_after[i] = after
