@@ -35,6 +35,9 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
 
 from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
@@ -230,14 +233,23 @@ class _Placer:
         p.engines[i] = inst.engine
         p.start[i], p.finish[i] = start, finish
         released = []
-        on_pe = inst.engine == "pe"
-        for s in self.succs[i]:
-            # PE orders its own stream (a LoadStationary may start under the previous matmul)
-            if not (on_pe and self.ops[s].engine == "pe") and self.ready[s] < finish:
-                self.ready[s] = finish
-            self.indeg[s] -= 1
-            if self.indeg[s] == 0:
-                released.append(s)
+        ready, indeg = self.ready, self.indeg
+        if inst.engine == "pe":
+            ops = self.ops
+            for s in self.succs[i]:
+                # PE orders its own stream (a LoadStationary may start under the previous matmul)
+                if ready[s] < finish and ops[s].engine != "pe":
+                    ready[s] = finish
+                indeg[s] -= 1
+                if not indeg[s]:
+                    released.append(s)
+        else:
+            for s in self.succs[i]:
+                if ready[s] < finish:
+                    ready[s] = finish
+                indeg[s] -= 1
+                if not indeg[s]:
+                    released.append(s)
         return released
 
 
@@ -405,6 +417,27 @@ def sem_name(sem: int) -> str:
     return names.get(sem, f"q{sem - QUEUE_SEM_BASE}")
 
 
+def _needed_waits(ops: list[Instruction], preds: list[list[int]], stream_of: list[int], ordinal: list[int],
+                  n_streams: int) -> tuple[list[int], list[int], list[int]]:
+    """Per instruction, the latest ordinal it needs of each other stream: (first entry per op, streams,
+    ordinals), entries sorted by op then stream. Edges within one stream, and between two PE instructions
+    (PE issues in order: see Timeline), need no wait. One numpy pass over all edges instead of a Python
+    loop per edge (Llama: 3.5 million)."""
+    n = len(ops)
+    lengths = np.fromiter(map(len, preds), dtype=np.int64, count=n)
+    src = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(lengths.sum()))
+    dst = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    streams = np.asarray(stream_of, dtype=np.int64)
+    on_pe = np.fromiter((op.engine == "pe" for op in ops), dtype=bool, count=n)
+    src_stream = streams[src]
+    keep = (src_stream != streams[dst]) & ~(on_pe[src] & on_pe[dst])
+    cells = np.zeros(n * n_streams, dtype=np.int64)
+    np.maximum.at(cells, dst[keep] * n_streams + src_stream[keep], np.asarray(ordinal, dtype=np.int64)[src[keep]])
+    flat = np.flatnonzero(cells)
+    first = np.searchsorted(flat, np.arange(n + 1, dtype=np.int64) * n_streams).tolist()
+    return first, (flat % n_streams).tolist(), cells[flat].tolist()
+
+
 def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[int],
                    queues: dict[int, int]) -> None:
     """Fill `waits`, `signals` and the DMA `queue` attribute of every instruction (in place).
@@ -417,43 +450,60 @@ def add_semaphores(ops: list[Instruction], preds: list[list[int]], order: list[i
     ordinal = [0] * len(ops)  # completion number within its stream, from 1
     at: dict[tuple[int, int], int] = {}  # (stream, ordinal) -> op
     counts = [0] * n_streams
-    known_after: list[list[int]] = [none] * len(ops)  # what is known to have completed once op i completed
-    issue_known: dict[str, list[int]] = {}  # per issuing engine: what it knows now
-    stream_known = [none] * n_streams  # per stream: knowledge of its last completion
-    waits_of: dict[int, list[tuple[int, int]]] = {}
-    pe, pe_load = ENGINE_SEMS["pe"], PE_LOAD_SEM
-    for i in order:
-        inst = ops[i]
-        stream = _sem(_stream(inst, queues.get(i)))
+    issuer: list[str | None] = [None] * n_streams  # the engine issuing all of a stream's instructions ("": several)
+    for i in order:  # streams and ordinals depend on the order alone
+        stream = _sem(_stream(ops[i], queues.get(i)))
         stream_of[i] = stream
         counts[stream] += 1
         ordinal[i] = counts[stream]
         at[(stream, ordinal[i])] = i
+        if issuer[stream] != ops[i].engine:
+            issuer[stream] = ops[i].engine if issuer[stream] is None else ""
+    pe, pe_load = ENGINE_SEMS["pe"], PE_LOAD_SEM
+    # A stream issued by one engine knew, at each earlier completion, at most what that engine knows now
+    # (an engine's knowledge only grows), but for its own count and, for PE's matmuls, the LoadStationary
+    # count: its knowledge after a completion is then the issuer's, those entries aside (no merge of the
+    # two vectors).
+    single = [bool(e) for e in issuer]
+    single[pe] = single[pe] and issuer[pe_load] in (None, issuer[pe])
+    first, need_stream, need_value = _needed_waits(ops, preds, stream_of, ordinal, n_streams)
+    known_after: list[list[int]] = [none] * len(ops)  # what is known to have completed once op i completed
+    issue_known: dict[str, list[int]] = {}  # per issuing engine: what it knows now
+    stream_known = [none] * n_streams  # per stream: knowledge of its last completion
+    waits_of: dict[int, list[tuple[int, int]]] = {}
+    for i in order:
+        inst = ops[i]
+        stream = stream_of[i]
         know = issue_known.get(inst.engine, none)
-        needed: dict[int, int] = {}
-        on_pe = inst.engine == "pe"
-        for p in preds[i]:
-            ps = stream_of[p]
-            if ps == stream or (on_pe and ops[p].engine == "pe"):
-                continue  # one queue, or one engine's in-order issue (PE: see Timeline)
-            if needed.get(ps, 0) < ordinal[p]:
-                needed[ps] = ordinal[p]
-        # drop waits the stream knows already or that another wait brings along
+        lo, hi = first[i], first[i + 1]
         waits = []
-        for ps, value in sorted(needed.items()):
-            if know[ps] >= value:
-                continue
-            if any(known_after[at[(other, v)]][ps] >= value for other, v in needed.items() if other != ps):
-                continue
-            waits.append((ps, value))
+        if hi - lo == 1:
+            ps, value = need_stream[lo], need_value[lo]
+            if know[ps] < value:
+                waits.append((ps, value))
+        elif hi > lo:
+            # drop waits the stream knows already or that another wait brings along
+            needed = list(zip(need_stream[lo:hi], need_value[lo:hi]))  # sorted by stream
+            implied = [known_after[at[(ps, value)]] for ps, value in needed]
+            for k, (ps, value) in enumerate(needed):
+                if know[ps] >= value:
+                    continue
+                if any(other[ps] >= value for j, other in enumerate(implied) if j != k):
+                    continue
+                waits.append((ps, value))
         for ps, value in waits:
             know = list(map(max, know, known_after[at[(ps, value)]]))
             know[ps] = max(know[ps], value)
         waits_of[i] = waits
         issue_known[inst.engine] = know
-        after = list(map(max, know, stream_known[stream]))  # the stream completes in order
-        if stream == pe:  # a matmul starts once the last LoadStationary completed (not vice versa)
-            after = list(map(max, after, stream_known[pe_load]))
+        if single[stream]:
+            after = list(know)
+            if stream == pe:
+                after[pe_load] = max(know[pe_load], stream_known[pe][pe_load], stream_known[pe_load][pe_load])
+        else:
+            after = list(map(max, know, stream_known[stream]))  # the stream completes in order
+            if stream == pe:  # a matmul starts once the last LoadStationary completed (not vice versa)
+                after = list(map(max, after, stream_known[pe_load]))
         after[stream] = ordinal[i]
         stream_known[stream] = after
         known_after[i] = after

@@ -88,6 +88,25 @@ def test_random_accesses_stay_ordered():
     _assert_ordered(ops, preds)
 
 
+def test_reads_of_one_box_share_a_record():
+    """Reads of one exact box are one record (deps._Space.more): a later write still follows every one of them,
+    also after a write trimmed the box at one end, and random reads and writes over a few boxes stay ordered."""
+    box, other = _sbuf(0, 16, 0, 32), _sbuf(0, 16, 256, 32)
+    ops = [Instruction("dve", "tensor_scalar", {"dst": other, "src": box}, {"op": "add", "scalar": 1.0})
+           for _ in range(3)]
+    ops.append(Instruction("sp", "dma", {"dst": _sbuf(0, 16, 64, 16), "src": _hbm(0, 16, 16, 16)}))  # cuts the end
+    ops.append(Instruction("dve", "tensor_scalar", {"dst": box, "src": other}, {"op": "add", "scalar": 1.0}))
+    preds = dependencies(ops, {"t"})
+    assert preds[4] == [0, 1, 2, 3], preds
+    rng = np.random.default_rng(11)
+    boxes = [_sbuf(0, 16, 0, 32), _sbuf(0, 16, 64, 16), _sbuf(4, 8, 0, 64), _sbuf(0, 4, 96, 32), _sbuf(0, 16, 128, 32)]
+    ops = []
+    for _ in range(200):
+        dst, src = (boxes[int(k)] for k in rng.integers(0, len(boxes), 2))
+        ops.append(Instruction("dve", "tensor_scalar", {"dst": dst, "src": src}, {"op": "add", "scalar": 1.0}))
+    _assert_ordered(ops, dependencies(ops, set()))
+
+
 def _tiled_reference(arr: np.ndarray, block: int, parts: int) -> np.ndarray:
     """TiledConst's layout element by element: per batch, per column block, [parts][K // parts][w] then the
     [K % parts][w] rest."""
