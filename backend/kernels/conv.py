@@ -33,7 +33,7 @@ from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_groups
-from backend.kernels.depthwise import OffPE, TapSplit, plan_split
+from backend.kernels.depthwise import OffPE, Part, TapSplit, plan_split
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
@@ -442,7 +442,7 @@ class _ConvKernel:
         return src, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr), (1, hi - lo)]), lo - blk.c0
 
     def _chains(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
-                grp: list[Block]) -> dict[Block, list[Tile]]:
+                grp: list[Block]) -> dict[Block, list[Part]]:
         """Depthwise taps off PE (depthwise.py) for the blocks of `grp`: their sums per block."""
         if self.off_pe is None:
             return {}
@@ -457,7 +457,7 @@ class _ConvKernel:
         return result
 
     def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
-                    grp: list[Block], chains: dict[Block, list[Tile]]) -> dict[Block, Tile]:
+                    grp: list[Block], chains: dict[Block, list[Part]]) -> dict[Block, Tile]:
         b, plan = self.b, self.plan
         accs = {blk: self.pools["acc"].next() for blk in grp}
         order = self._chunks(units, cols, grp)
@@ -466,6 +466,8 @@ class _ConvKernel:
             reach = (self._valid(cols, units[t], jw, blk) for t, _, jw in order)
             first = next((c for c in reach if c[1] > c[0]), None)
             started[blk] = first != (blk.c0, blk.c0 + blk.nc)
+            if first is None and chains:  # every tap off PE: the first sum joining covers the block whole
+                started[blk] = chains[blk][0][1] != ((1, blk.size),)
             if started[blk]:
                 b.emit("dve", "memset", f"{plan.name} zero acc", {"value": 0.0},
                        dst=accs[blk].flat("f32", units[0].on, blk.size))
@@ -489,9 +491,11 @@ class _ConvKernel:
             on = units[0].on
             b.load_stationary(b.identity(plan.compute).flat(plan.compute, on, on), f"{plan.name} identity")
             for blk in grp:
-                for part in chains[blk]:
-                    b.multiply_moving(accs[blk].flat("f32", on, blk.size), part.flat(plan.compute, on, blk.size),
-                                      acc=True, comment=f"{plan.name} o{units[0].o0} b{blk.b0} r{blk.r0} off-PE taps")
+                for part, pattern, offset in chains[blk]:
+                    b.multiply_moving(accs[blk].ap("f32", on, pattern, offset),
+                                      part.ap(plan.compute, on, pattern, offset), acc=started[blk],
+                                      comment=f"{plan.name} o{units[0].o0} b{blk.b0} r{blk.r0} off-PE taps")
+                    started[blk] = True
         return accs
 
     # -- epilogue ---------------------------------------------------------------------------------------------
