@@ -8,6 +8,8 @@ conversion to the output type) over it on the way to the store, exactly as a dot
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
@@ -78,12 +80,14 @@ class Epilogue:
         return self.pools["epi_out"].next()
 
     def run(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, acc: AccessPattern,
-            label: str) -> None:
+            label: str, lane0: int = 0) -> None:
         """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it (a result kept
-        on chip, residency.py, is written in place where engines may: no store DMA)."""
+        on chip, residency.py, is written in place where engines may: no store DMA). `lane0`: the partition
+        `acc` starts on, when not the output's own (an epilogue of leaves and temporaries on partition 0
+        cannot be evaluated there: the caller's to check); the result is stored from there by DMA."""
         free = [(self.f_axis, f0, fw)]
-        on_chip = self.b.resident(self.out.hbm_ap(self.p_axis, p0, pw, free, fixed))
-        dst = on_chip or self.out_buffer().flat(self.out.dtype, pw, fw)
+        on_chip = None if lane0 else self.b.resident(self.out.hbm_ap(self.p_axis, p0, pw, free, fixed))
+        dst = on_chip or replace(self.out_buffer().flat(self.out.dtype, pw, fw), start_partition=lane0)
         operands = self.loader.load(fixed, p0, pw, free)
         coords = Coords(self.p_axis, p0, tuple(free), tuple(fixed.items()))
         TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label, coords=coords).run(

@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch import nn
 
+from backend.kernels.conv_weights import SuperGroup, spread_tiles
 from backend.kernels.depthwise import plan_split
 from isa.target import load_target
 from tests.backend.test_conv_chains import _check
@@ -51,3 +52,29 @@ def test_plan_split_covers_every_tap_once():
     assert sorted(tiny.chains[0].taps) == list(range(49)) and tiny.chains[0].taps[0] == full[0]
     # few channels: the diagonals are cheap, PE alone stays best
     assert plan_split(target, 49, full, clipped, 49, 1, 8, "bf16") is None
+
+
+@pytest.mark.parametrize("channels, size, auto_cast, rel, ranges", [
+    (96, (16, 12), "matmult", 3e-2, (2, 4)),  # ConvNeXt stage 0: 64 channels x 2 row ranges, 32 x 4
+    (192, (8, 10), "matmult", 3e-2, (2,)),    # stage 1: a full tile and 64 channels x 2 ranges
+    (64, (6, 7), "none", 1e-4, (2,)),         # fp32
+    (40, (12, 9), "matmult", 3e-2, ()),       # 40-channel ranges would start off the engines' partition starts
+])
+def test_depthwise_spread_tiles_match_eager(channels, size, auto_cast, rel, ranges):
+    """Depthwise tiles of <= 64 channels hold several ranges of output rows side by side on the partitions
+    (conv_weights.spread_tiles): the input's ranges loaded by DMA, the results stored from their partitions."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(channels, channels, 1),
+                          nn.Conv2d(channels, channels, 7, padding=3, groups=channels, bias=False))
+    exe = _check(model, torch.randn(1, channels, *size), rel, auto_cast)
+    for spread in (2, 4):
+        assert (f"copy ({spread - 1}, 0)" in exe.asm) == (spread in ranges)
+
+
+def test_spread_tiles_plan():
+    sgs = [SuperGroup(((0, 96),), ((0, 96),), 1, 1)]
+    assert [(sg.ci, sg.spread) for sg in spread_tiles(sgs, 56, 128)] == [(((0, 64),), 2), (((64, 32),), 4)]
+    # rows that do not divide: fewer ranges; a tile of 128 channels stays as it is
+    sgs = [SuperGroup(((0, 128),), ((0, 128),), 1, 1), SuperGroup(((128, 64),), ((128, 64),), 1, 1)]
+    assert [sg.spread for sg in spread_tiles(sgs, 27, 128)] == [1, 1]
+    assert [sg.spread for sg in spread_tiles(sgs, 28, 128)] == [1, 2]
