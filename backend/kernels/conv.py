@@ -522,14 +522,17 @@ class _ConvKernel:
 
     # -- epilogue ---------------------------------------------------------------------------------------------
     def _epilogues(self, unit: Unit, grp: list[Block], accs: dict[Block, Tile]) -> None:
-        """Each block's results; a spread unit's ranges from their own partitions (range a: rows shifted
-        by a * the rows of one range)."""
+        """Each block's results; a spread unit's ranges (range a: rows shifted by a * the rows of one range)
+        evaluated at once and stored from their own partitions."""
         o0, on, cols = unit.o0, unit.on, self.plan.cols.out
         rows = self._rows(unit.spread).out
         for blk in grp:
             fw = blk.nr * blk.nc
-            for i, a in itertools.product(range(blk.nb), range(unit.spread)):
-                image, f0 = blk.b0 + i, (blk.r0 + a * rows) * cols + blk.c0
-                acc = replace(accs[blk].flat("f32", on, fw, i * fw), start_partition=a * on)
-                self.epilogue.run({0: image}, o0, on, f0, fw, acc, f"{self.plan.name} o{o0} b{image} p{f0}",
-                                  lane0=a * on)
+            for i in range(blk.nb):
+                image, f0 = blk.b0 + i, blk.r0 * cols + blk.c0
+                label = f"{self.plan.name} o{o0} b{image} p{f0}"
+                if unit.spread == 1:
+                    self.epilogue.run({0: image}, o0, on, f0, fw, accs[blk].flat("f32", on, fw, i * fw), label)
+                    continue
+                f0s = [f0 + a * rows * cols for a in range(unit.spread)]
+                self.epilogue.run_ranges({0: image}, o0, on, f0s, fw, accs[blk].flat("f32", unit.outs, fw), label)

@@ -80,20 +80,33 @@ class Epilogue:
         return self.pools["epi_out"].next()
 
     def run(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, acc: AccessPattern,
-            label: str, lane0: int = 0) -> None:
+            label: str) -> None:
         """Evaluate the epilogue of the tile [p0:p0+pw, f0:f0+fw] from `acc` and store it (a result kept
-        on chip, residency.py, is written in place where engines may: no store DMA). `lane0`: the partition
-        `acc` starts on, when not the output's own (an epilogue of leaves and temporaries on partition 0
-        cannot be evaluated there: the caller's to check); the result is stored from there by DMA."""
+        on chip, residency.py, is written in place where engines may: no store DMA)."""
         free = [(self.f_axis, f0, fw)]
-        on_chip = None if lane0 else self.b.resident(self.out.hbm_ap(self.p_axis, p0, pw, free, fixed))
-        dst = on_chip or replace(self.out_buffer().flat(self.out.dtype, pw, fw), start_partition=lane0)
+        on_chip = self.b.resident(self.out.hbm_ap(self.p_axis, p0, pw, free, fixed))
+        dst = on_chip or self.out_buffer().flat(self.out.dtype, pw, fw)
         operands = self.loader.load(fixed, p0, pw, free)
         coords = Coords(self.p_axis, p0, tuple(free), tuple(fixed.items()))
         TileEvaluator(self.b, self.temps.store(), pw, fw, operands, acc=acc, label=label, coords=coords).run(
             self.root, dst)
         if on_chip is None:
             self.store(fixed, p0, pw, f0, fw, dst, label)
+
+    def run_ranges(self, fixed: dict[int, int], p0: int, pw: int, f0s: list[int], fw: int, acc: AccessPattern,
+                   label: str) -> None:
+        """A spread depthwise tile's results (conv_weights.spread_tiles): range a on partitions
+        [a * pw, (a + 1) * pw) of `acc` holds the tile [p0:p0+pw, f0s[a]:f0s[a]+fw]. The epilogue (the
+        accumulator or its conversion: it reads nothing else, so any partition may hold any channel) is
+        evaluated once over every range, each range stored from its own partitions by DMA."""
+        lanes = pw * len(f0s)
+        dst = self.out_buffer().flat(self.out.dtype, lanes, fw)
+        coords = Coords(self.p_axis, p0, ((self.f_axis, f0s[0], fw),), tuple(fixed.items()))
+        TileEvaluator(self.b, self.temps.store(), lanes, fw, {}, acc=acc, label=label, coords=coords).run(
+            self.root, dst)
+        for a, f0 in enumerate(f0s):
+            self.store(fixed, p0, pw, f0, fw, replace(dst, start_partition=a * pw, partitions=pw),
+                       f"{label} range {a}")
 
     def store(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, tile: AccessPattern,
               label: str) -> None:
