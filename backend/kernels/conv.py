@@ -18,7 +18,10 @@ convolutions run on PE too: a diagonal stationary wastes the array, but PE time 
 M, and one matmul tap over N pixels costs N PE cycles at 2.8 GHz (4N in fp32), where DVE would need a
 multiply and an add (~3N cycles at 1.12 GHz) per tap: PE is ~7x faster in bf16, ~2x in fp32. PE alone
 is then the bound while the other engines idle, so some taps of a depthwise kernel are computed by ACT,
-DVE and GpSimd instead and join the accumulation by one identity matmul (depthwise.py).
+DVE and GpSimd instead and join the accumulation by one identity matmul (depthwise.py). A depthwise tile of
+<= 64 channels leaves partitions idle: it holds its input for several ranges of output rows side by side on
+the partitions instead (conv_weights.spread_tiles; one block-diagonal stationary per tap serves them all,
+ranges land by DMA and their results are stored from their own partitions).
 Loop nest: super-group x band (input tiles loaded once, in block order, double-buffered) x output-
 channel tile x groups of blocks sharing every load_stationary x (input-channel tile, tap chunk).
 """

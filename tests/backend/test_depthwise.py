@@ -54,18 +54,20 @@ def test_plan_split_covers_every_tap_once():
     assert plan_split(target, 49, full, clipped, 49, 1, 8, "bf16") is None
 
 
-@pytest.mark.parametrize("channels, size, auto_cast, rel, ranges", [
-    (96, (16, 12), "matmult", 3e-2, (2, 4)),  # ConvNeXt stage 0: 64 channels x 2 row ranges, 32 x 4
-    (192, (8, 10), "matmult", 3e-2, (2,)),    # stage 1: a full tile and 64 channels x 2 ranges
-    (64, (6, 7), "none", 1e-4, (2,)),         # fp32
-    (40, (12, 9), "matmult", 3e-2, ()),       # 40-channel ranges would start off the engines' partition starts
+@pytest.mark.parametrize("channels, size, kernel, dilation, auto_cast, rel, ranges", [
+    (96, (24, 20), 7, 1, "matmult", 3e-2, (2, 4)),  # ConvNeXt stage 0: 64 channels x 2 row ranges, 32 x 4
+    (192, (8, 10), 7, 1, "matmult", 3e-2, (2,)),    # stage 1: a full tile and 64 channels x 2 ranges (singles)
+    (64, (12, 10), 3, 2, "matmult", 3e-2, (2,)),    # dilated
+    (64, (6, 7), 7, 1, "none", 1e-4, (2,)),         # fp32
+    (40, (12, 9), 7, 1, "matmult", 3e-2, ()),       # 40-channel ranges would start off the engines' partition starts
 ])
-def test_depthwise_spread_tiles_match_eager(channels, size, auto_cast, rel, ranges):
+def test_depthwise_spread_tiles_match_eager(channels, size, kernel, dilation, auto_cast, rel, ranges):
     """Depthwise tiles of <= 64 channels hold several ranges of output rows side by side on the partitions
     (conv_weights.spread_tiles): the input's ranges loaded by DMA, the results stored from their partitions."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(channels, channels, 1),
-                          nn.Conv2d(channels, channels, 7, padding=3, groups=channels, bias=False))
+    pad = dilation * (kernel // 2)
+    model = nn.Sequential(nn.Conv2d(channels, channels, 1), nn.Conv2d(
+        channels, channels, kernel, padding=pad, dilation=dilation, groups=channels, bias=False))
     exe = _check(model, torch.randn(1, channels, *size), rel, auto_cast)
     for spread in (2, 4):
         assert (f"copy ({spread - 1}, 0)" in exe.asm) == (spread in ranges)
