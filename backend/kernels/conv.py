@@ -18,7 +18,10 @@ convolutions run on PE too: a diagonal stationary wastes the array, but PE time 
 M, and one matmul tap over N pixels costs N PE cycles at 2.8 GHz (4N in fp32), where DVE would need a
 multiply and an add (~3N cycles at 1.12 GHz) per tap: PE is ~7x faster in bf16, ~2x in fp32. PE alone
 is then the bound while the other engines idle, so some taps of a depthwise kernel are computed by ACT,
-DVE and GpSimd instead and join the accumulation by one identity matmul (depthwise.py).
+DVE and GpSimd instead and join the accumulation by one identity matmul (depthwise.py). A depthwise tile of
+<= 64 channels leaves partitions idle: it holds its input for several ranges of output rows side by side on
+the partitions instead (conv_weights.spread_tiles; one block-diagonal stationary per tap serves them all,
+ranges land by DMA and their results are stored from their own partitions).
 Loop nest: super-group x band (input tiles loaded once, in block order, double-buffered) x output-
 channel tile x groups of blocks sharing every load_stationary x (input-channel tile, tap chunk).
 """
@@ -32,8 +35,8 @@ from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
-from backend.kernels.conv_weights import ConvWeights, SuperGroup, Unit, super_groups
-from backend.kernels.depthwise import OffPE, TapSplit, plan_split
+from backend.kernels.conv_weights import DIAGONAL_DTYPES, ConvWeights, SuperGroup, Unit, spread_tiles, super_groups
+from backend.kernels.depthwise import OffPE, Part, TapSplit, plan_split
 from backend.kernels.dot import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
@@ -173,9 +176,14 @@ class _ConvKernel:
         self.limit = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"])
         self.sgs: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts,
                                                   self._fold_cost)
+        if self._spreadable():
+            self.sgs = spread_tiles(self.sgs, plan.rows.out, self.parts)
         lo, hi = plan.cols.span(0, plan.cols.out)
         self.layout = [_Cols(0, self.W, True) if sg.fw == 1 else _Cols(lo, hi - lo, False) for sg in self.sgs]
         self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
+        if not self.weights.diagonal and any(sg.spread > 1 for sg in self.sgs):  # spread needs the diagonals
+            self.sgs = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts, self._fold_cost)
+            self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
         self.casting = x.stored_dtype != plan.compute
         self.group = max(1, builder.options.psum_acc_banks // 2)
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, 1, 2, plan.name, min(self.parts, plan.out.dims[1]),
@@ -189,6 +197,20 @@ class _ConvKernel:
         self.pools: dict[str, Pool] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------
+    def _spreadable(self) -> bool:
+        """Depthwise tiles may spread row ranges over idle partitions (conv_weights.spread_tiles): one image,
+        stride 1, and an epilogue that is the accumulator or its conversion (evaluated on any partitions:
+        a range's results are stored from its own partitions by DMA)."""
+        plan, root = self.plan, self.plan.epilogue
+        o, i = plan.w.dims[:2]
+        lane_free = root.op == "acc" or (root.op == "convert" and root.inputs[0].op == "acc")
+        return (plan.groups > 1 and i == 1 and o == plan.groups == self.C and plan.w.is_const and self.B == 1
+                and plan.compute in DIAGONAL_DTYPES and plan.rows.stride == 1 and lane_free)
+
+    def _rows(self, spread: int) -> Axis:
+        """The output rows one range of a tile spread `spread` times covers."""
+        return replace(self.plan.rows, out=self.plan.rows.out // spread)
+
     def _fold_cost(self, fh: int, fw: int, cn: int, co_tiles: int) -> float:
         """Estimated ns of a super-group's PE work or of its transfers, whichever is longer: every copy
         of the input is one more load of it (column copies in runs of one row), every chunk one more
@@ -219,7 +241,7 @@ class _ConvKernel:
         plan = self.plan
         kh, kw = plan.w.dims[2], plan.w.dims[3]
         cols = plan.cols
-        pixels = self.B * plan.rows.out * cols.out
+        pixels = self.B * self._rows(self.sgs[0].spread).out * cols.out
         blocks = -(-pixels // self.limit)
         reach = {jw: cols.valid(jw, 0, cols.out) for jw in range(kw)}
         if any(hi <= lo for lo, hi in reach.values()):
@@ -232,7 +254,7 @@ class _ConvKernel:
         return plan_split(self.b.target, kh * kw, full, clipped, -(-pixels // blocks), blocks,
                           min(self.parts, self.C), plan.compute)
 
-    def _specs(self) -> tuple[list[PoolSpec], list[Band]]:
+    def _specs(self) -> tuple[list[PoolSpec], dict[int, list[Band]]]:
         plan, opts, alloc = self.plan, self.b.options, self.b.alloc
         specs = [PoolSpec("acc", "psum", 0, opts.psum_acc_banks)] + self.epilogue.specs()
         nt = max(len(sg.ci) for sg in self.sgs)
@@ -247,8 +269,9 @@ class _ConvKernel:
             per = nb * nv * width + 64
             return 2 * nt * per * csz + (2 * per * ssz if self.casting else 0)
 
-        bands = plan_bands(self.B, plan.rows, plan.cols, self.limit, lambda nb, nv: tile_bytes(nb, nv) <= room)
-        worst = max(bands, key=lambda bd: bd.nb * bd.nv)
+        bands = {s: plan_bands(self.B, self._rows(s), plan.cols, self.limit, lambda nb, nv: tile_bytes(nb, nv) <= room)
+                 for s in sorted({sg.spread for sg in self.sgs})}
+        worst = max((bd for bs in bands.values() for bd in bs), key=lambda bd: bd.nb * bd.nv)
         if tile_bytes(worst.nb, worst.nv) > room:
             raise CompilationError(f"{plan.where}: the {worst.nv} input rows of {width} pixels one output block "
                                    f"needs do not fit in SBUF ({tile_bytes(worst.nb, worst.nv)} bytes per "
@@ -271,14 +294,14 @@ class _ConvKernel:
         units = self.weights.units
         self.weights.prefetch()
         for s, sg in enumerate(self.sgs):
-            for bi, band in enumerate(bands):
+            for bi, band in enumerate(bands[sg.spread]):
                 tiles = [self._load_band(sg, self.layout[s], c0, cn, band) for c0, cn in sg.ci]
                 for o0, _ in sg.co:
                     tile_units = [u for u in units if u.sg == s and u.o0 == o0]
                     self.weights.fetch(tile_units)
                     blocks = list(band.blocks)
                     groups = [blocks[g:g + self.group] for g in range(0, len(blocks), self.group)]
-                    last = s == len(self.sgs) - 1 and bi == len(bands) - 1 and o0 == sg.co[-1][0]
+                    last = s == len(self.sgs) - 1 and bi == len(bands[sg.spread]) - 1 and o0 == sg.co[-1][0]
                     if last:  # the kernel's tail: one block at a time, its epilogue overlapping the next
                         groups = groups[:-1] + [[blk] for blk in groups[-1]]
                     chains = self._chains(tile_units, self.layout[s], tiles, band, groups[0])
@@ -293,7 +316,7 @@ class _ConvKernel:
     def _in_place(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> _ImageTile | None:
         """The band read where it already is when the input is kept on chip (residency.py) in the compute
         dtype and the tile would be a plain copy of it: no copies stacked, no padding rows, one image."""
-        if (sg.fh, sg.fw, band.nb) != (1, 1, 1) or self.casting or self.x.is_const or not cols.clip:
+        if (sg.fh, sg.fw, sg.spread, band.nb) != (1, 1, 1, 1) or self.casting or self.x.is_const or not cols.clip:
             return None
         if band.v0 < 0 or band.v0 + band.nv > self.H:
             return None
@@ -307,7 +330,7 @@ class _ConvKernel:
         """The band copied (and converted) by the compute engines from an on-chip image, where the tile
         is not the image itself (padding rows or columns, another dtype): lane to lane, no DMA. Only
         unfolded tiles (their one copy sits on the image's partitions)."""
-        if (sg.fh, sg.fw, band.nb) != (1, 1, 1) or self.x.is_const:
+        if (sg.fh, sg.fw, sg.spread, band.nb) != (1, 1, 1, 1) or self.x.is_const:
             return None
         b, plan, nv, Wt = self.b, self.plan, band.nv, cols.width
         t0, t1 = max(0, -band.v0), min(nv, self.H - band.v0)
@@ -343,7 +366,8 @@ class _ConvKernel:
     def _load_band(self, sg: SuperGroup, cols: _Cols, c0: int, cn: int, band: Band) -> Tile | _ImageTile:
         """The input tile of channels [c0, c0 + cn) for `band`: copy (a, c) on partitions
         [(a * fw + c) * cn, ... + cn) holds, at tile row r and column u, the input at virtual row
-        v0 + r + a * row dilation and virtual column u0 + u + c * column dilation (zero outside)."""
+        v0 + r + a * row dilation (a spread tile: a * the rows of one range) and virtual column
+        u0 + u + c * column dilation (zero outside)."""
         in_place = self._in_place(sg, cols, c0, cn, band)
         if in_place is not None:
             return in_place
@@ -351,13 +375,14 @@ class _ConvKernel:
         if copied is not None:
             return copied
         b, plan, x = self.b, self.plan, self.x
-        nv, nb, parts = band.nv, band.nb, sg.fh * sg.fw * cn
-        dh, dw, Wt = plan.rows.dilation, plan.cols.dilation, cols.width
+        nv, nb, parts = band.nv, band.nb, sg.fh * sg.fw * cn * sg.spread
+        fh, dh = (sg.spread, self._rows(sg.spread).out) if sg.spread > 1 else (sg.fh, plan.rows.dilation)
+        dw, Wt = plan.cols.dilation, cols.width
         tile = self.pools["x"].next()
         landing, ldt = (self.pools["x_stage"].next(), x.stored_dtype) if self.casting else (tile, plan.compute)
         label = f"{plan.name} x c{c0} b{band.b0} v{band.v0}"
         top = min(max(-band.v0, 0), nv)
-        bottom = min(max(self.H - band.v0 - (sg.fh - 1) * dh, top), nv)
+        bottom = min(max(self.H - band.v0 - (fh - 1) * dh, top), nv)
         for r0, r1 in ((0, top), (bottom, nv)):  # rows outside the input for some copy
             if r1 > r0:
                 zero = landing.ap(ldt, parts, simplify([(nv * Wt, nb), (1, (r1 - r0) * Wt)]), r0 * Wt)
@@ -371,7 +396,7 @@ class _ConvKernel:
         keep = self._residues(sg, band)
         for r0, r1 in band_pieces(band, plan.rows):  # in block order, so the first matmuls start early
             runs = _row_runs(r0, r1, plan.rows.stride, keep)
-            for a, c in itertools.product(range(sg.fh), range(sg.fw)):
+            for a, c in itertools.product(range(fh), range(sg.fw)):
                 lo, hi = -band.v0 - a * dh, self.H - band.v0 - a * dh
                 w0, w1 = max(0, -cols.u0 - c * dw), min(Wt, self.W - cols.u0 - c * dw)
                 for first, count, step in runs:
@@ -442,7 +467,7 @@ class _ConvKernel:
         return src, simplify([(blk.nr * blk.nc, blk.nb), (blk.nc, blk.nr), (1, hi - lo)]), lo - blk.c0
 
     def _chains(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
-                grp: list[Block]) -> dict[Block, list[Tile]]:
+                grp: list[Block]) -> dict[Block, list[Part]]:
         """Depthwise taps off PE (depthwise.py) for the blocks of `grp`: their sums per block."""
         if self.off_pe is None:
             return {}
@@ -451,13 +476,13 @@ class _ConvKernel:
         result = {}
         for blk in grp:
             def window(t: int, blk: Block = blk) -> tuple[AccessPattern, tuple[tuple[int, int], ...], int] | None:
-                return self._window(cols, unit, tiles[0], band, blk, t // kw, t % kw, unit.cn)
-            result[blk] = self.off_pe.emit(unit.cn, blk.size, window, lambda t: self.weights.tap_scale(unit, t),
+                return self._window(cols, unit, tiles[0], band, blk, t // kw, t % kw, unit.lanes)
+            result[blk] = self.off_pe.emit(unit.lanes, blk.size, window, lambda t: self.weights.tap_scale(unit, t),
                                            f"{self.plan.name} o{unit.o0} b{blk.b0} r{blk.r0}")
         return result
 
     def _accumulate(self, units: list[Unit], cols: _Cols, tiles: list[Tile | _ImageTile], band: Band,
-                    grp: list[Block], chains: dict[Block, list[Tile]]) -> dict[Block, Tile]:
+                    grp: list[Block], chains: dict[Block, list[Part]]) -> dict[Block, Tile]:
         b, plan = self.b, self.plan
         accs = {blk: self.pools["acc"].next() for blk in grp}
         order = self._chunks(units, cols, grp)
@@ -466,9 +491,11 @@ class _ConvKernel:
             reach = (self._valid(cols, units[t], jw, blk) for t, _, jw in order)
             first = next((c for c in reach if c[1] > c[0]), None)
             started[blk] = first != (blk.c0, blk.c0 + blk.nc)
+            if first is None and chains:  # every tap off PE: the first sum joining covers the block whole
+                started[blk] = chains[blk][0][1] != ((1, blk.size),)
             if started[blk]:
                 b.emit("dve", "memset", f"{plan.name} zero acc", {"value": 0.0},
-                       dst=accs[blk].flat("f32", units[0].on, blk.size))
+                       dst=accs[blk].flat("f32", units[0].outs, blk.size))
         for t, jh, jw in order:
             unit = units[t]
             wtile, woff, k = self.weights.stationary(unit, jh, jw)
@@ -478,28 +505,37 @@ class _ConvKernel:
                 if found is None:
                     continue
                 if not loaded:
-                    b.load_stationary(wtile.flat(plan.compute, k, unit.on, woff),
+                    b.load_stationary(wtile.flat(plan.compute, k, unit.outs, woff),
                                       f"{plan.name} o{unit.o0} c{unit.c0} chunk ({jh}, {jw})")
                     loaded = True
                 src, pattern, offset = found
-                b.multiply_moving(accs[blk].ap("f32", unit.on, pattern, offset), src, acc=started[blk],
+                b.multiply_moving(accs[blk].ap("f32", unit.outs, pattern, offset), src, acc=started[blk],
                                   comment=f"{plan.name} o{unit.o0} b{blk.b0} r{blk.r0} c{unit.c0} ({jh}, {jw})")
                 started[blk] = True
         if chains:  # the sums of the taps computed off PE join by the identity
-            on = units[0].on
+            on = units[0].lanes
             b.load_stationary(b.identity(plan.compute).flat(plan.compute, on, on), f"{plan.name} identity")
             for blk in grp:
-                for part in chains[blk]:
-                    b.multiply_moving(accs[blk].flat("f32", on, blk.size), part.flat(plan.compute, on, blk.size),
-                                      acc=True, comment=f"{plan.name} o{units[0].o0} b{blk.b0} r{blk.r0} off-PE taps")
+                for part, pattern, offset in chains[blk]:
+                    b.multiply_moving(accs[blk].ap("f32", on, pattern, offset),
+                                      part.ap(plan.compute, on, pattern, offset), acc=started[blk],
+                                      comment=f"{plan.name} o{units[0].o0} b{blk.b0} r{blk.r0} off-PE taps")
+                    started[blk] = True
         return accs
 
     # -- epilogue ---------------------------------------------------------------------------------------------
     def _epilogues(self, unit: Unit, grp: list[Block], accs: dict[Block, Tile]) -> None:
-        o0, on = unit.o0, unit.on
+        """Each block's results; a spread unit's ranges (range a: rows shifted by a * the rows of one range)
+        evaluated at once and stored from their own partitions."""
+        o0, on, cols = unit.o0, unit.on, self.plan.cols.out
+        rows = self._rows(unit.spread).out
         for blk in grp:
-            f0, fw = blk.r0 * self.plan.cols.out + blk.c0, blk.nr * blk.nc
+            fw = blk.nr * blk.nc
             for i in range(blk.nb):
-                image = blk.b0 + i
-                self.epilogue.run({0: image}, o0, on, f0, fw, accs[blk].flat("f32", on, fw, i * fw),
-                                  f"{self.plan.name} o{o0} b{image} p{f0}")
+                image, f0 = blk.b0 + i, blk.r0 * cols + blk.c0
+                label = f"{self.plan.name} o{o0} b{image} p{f0}"
+                if unit.spread == 1:
+                    self.epilogue.run({0: image}, o0, on, f0, fw, accs[blk].flat("f32", on, fw, i * fw), label)
+                    continue
+                f0s = [f0 + a * rows * cols for a in range(unit.spread)]
+                self.epilogue.run_ranges({0: image}, o0, on, f0s, fw, accs[blk].flat("f32", unit.outs, fw), label)

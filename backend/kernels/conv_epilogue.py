@@ -8,6 +8,8 @@ conversion to the output type) over it on the way to the store, exactly as a dot
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.emit import ProgramBuilder
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
@@ -90,6 +92,21 @@ class Epilogue:
             self.root, dst)
         if on_chip is None:
             self.store(fixed, p0, pw, f0, fw, dst, label)
+
+    def run_ranges(self, fixed: dict[int, int], p0: int, pw: int, f0s: list[int], fw: int, acc: AccessPattern,
+                   label: str) -> None:
+        """A spread depthwise tile's results (conv_weights.spread_tiles): range a on partitions
+        [a * pw, (a + 1) * pw) of `acc` holds the tile [p0:p0+pw, f0s[a]:f0s[a]+fw]. The epilogue (the
+        accumulator or its conversion: it reads nothing else, so any partition may hold any channel) is
+        evaluated once over every range, each range stored from its own partitions by DMA."""
+        lanes = pw * len(f0s)
+        dst = self.out_buffer().flat(self.out.dtype, lanes, fw)
+        coords = Coords(self.p_axis, p0, ((self.f_axis, f0s[0], fw),), tuple(fixed.items()))
+        TileEvaluator(self.b, self.temps.store(), lanes, fw, {}, acc=acc, label=label, coords=coords).run(
+            self.root, dst)
+        for a, f0 in enumerate(f0s):
+            self.store(fixed, p0, pw, f0, fw, replace(dst, start_partition=a * pw, partitions=pw),
+                       f"{label} range {a}")
 
     def store(self, fixed: dict[int, int], p0: int, pw: int, f0: int, fw: int, tile: AccessPattern,
               label: str) -> None:

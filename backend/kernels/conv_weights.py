@@ -34,6 +34,7 @@ from backend.emit import ProgramBuilder
 from backend.kernels.conv_geometry import copy, fill
 from backend.layout import View, itemsize
 from isa.dtypes import dtype as isa_dtype
+from isa.instructions import start_partition_allowed
 from isa.program import AccessPattern
 
 WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor overhead 256 B per run: 12%)
@@ -59,10 +60,21 @@ class Unit:
     on: int
     fh: int
     fw: int
+    spread: int = 1  # depthwise: row ranges of the tile's channels side by side on the partitions
 
     @property
     def copies(self) -> int:
         return self.fh * self.fw
+
+    @property
+    def lanes(self) -> int:
+        """Partitions of the input tile and of the stationary's rows (one copy per row range)."""
+        return self.cn * self.spread
+
+    @property
+    def outs(self) -> int:
+        """Stationary columns = accumulator partitions."""
+        return self.on * self.spread
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,7 @@ class SuperGroup:
     co: tuple[tuple[int, int], ...]  # output-channel tiles
     fh: int  # input copies shifted by rows
     fw: int  # ... and by columns (> 1 only when all kernel rows are folded)
+    spread: int = 1  # depthwise: output row ranges side by side on the partitions (spread_tiles)
 
 
 FoldCost = Callable[[int, int, int, int], float]  # (fh, fw, cn, output-channel tiles) -> estimated ns
@@ -103,6 +116,38 @@ def super_groups(channels: int, outputs: int, groups: int, kernel: tuple[int, in
     return result
 
 
+def spread_tiles(sgs: list[SuperGroup], rows: int, parts: int) -> list[SuperGroup]:
+    """Depthwise super-groups whose tile leaves partitions idle (ConvNeXt's 96 and 192 channels): a tile of
+    n <= parts / 2 channels holds its input for s = parts // n ranges of output rows side by side on the
+    partitions (block-diagonal stationaries, one matmul per tap for all of them: PE and the other engines
+    process s times fewer pixels per partition); a tile of parts / 2 < n < parts channels is split into
+    parts / 2 channels spread over 2 ranges and the rest spread further, when that halves less work than it
+    adds. `rows` (the output rows) must divide evenly into each tile's ranges, and each range start where
+    the compute engines may address its partitions (32 or 64 channels: their epilogues run there)."""
+
+    def spread(n: int) -> int:  # ranges start where compute engines may address n partitions (the epilogue's)
+        s = parts // n
+        while s > 1 and (rows % s or not all(start_partition_allowed(a * n, n) for a in range(s))):
+            s -= 1
+        return s
+
+    result = []
+    for sg in sgs:
+        ((c0, n),) = sg.ci
+        if n == parts or (sg.fh, sg.fw) != (1, 1):
+            result.append(sg)
+        elif 2 * n <= parts:
+            result.append(replace(sg, spread=spread(n)))
+        else:
+            half, rest = parts // 2, n - parts // 2
+            if 1 / spread(half) + 1 / spread(rest) < 1:
+                result += [SuperGroup(((c0, half),), ((c0, half),), 1, 1, spread(half)),
+                           SuperGroup(((c0 + half, rest),), ((c0 + half, rest),), 1, 1, spread(rest))]
+            else:
+                result.append(sg)
+    return result
+
+
 class ConvWeights:
     """The weight view (O, I, KH, KW), tiled into units; loads each unit's stationary bank."""
 
@@ -115,9 +160,9 @@ class ConvWeights:
         for s, sg in enumerate(sgs):
             for t, (c0, cn) in enumerate(sg.ci):
                 for o0, on in sg.co:
-                    self.units.append(Unit(len(self.units), s, t, c0, cn, o0, on, sg.fh, sg.fw))
-        self.P = max(u.copies * u.cn for u in self.units)
-        self.F = max(self.chunks(u)[0] * self.chunks(u)[1] * u.on for u in self.units)
+                    self.units.append(Unit(len(self.units), s, t, c0, cn, o0, on, sg.fh, sg.fw, sg.spread))
+        self.P = max(u.copies * u.lanes for u in self.units)
+        self.F = max(self.chunks(u)[0] * self.chunks(u)[1] * u.outs for u in self.units)
         # column slot (in banks of F) of each unit: an output-channel tile's units side by side
         order = sorted(self.units, key=lambda u: (u.sg, u.o0, u.t))
         self.slot = {u.index: n for n, u in enumerate(order)}
@@ -168,8 +213,8 @@ class ConvWeights:
         kernel rows past the last are left out of K (they are the last partitions)."""
         self.prefetch()
         tile, base = self._tiles[unit.index]
-        k = min(unit.fh, self.KH - jh * unit.fh) * unit.fw * unit.cn
-        return tile, base + (jh * self.chunks(unit)[1] + jw) * unit.on, k
+        k = min(unit.fh, self.KH - jh * unit.fh) * unit.fw * unit.lanes
+        return tile, base + (jh * self.chunks(unit)[1] + jw) * unit.outs, k
 
     def fetch(self, units: list[Unit]) -> None:
         """Streamed mode: load the banks of `units` (an output-channel tile's, adjacent slots) into a fresh
@@ -215,7 +260,7 @@ class ConvWeights:
         per 128-channel tile of a 7x7 kernel, more than the tile's matmuls at 7x7 pixels.)"""
         if self._const is None:
             self._const = self.b.new_const(self._tap_array(), self.compute)
-        parts, width = max(u.cn for u in units), len(units) * self.taps
+        parts, width = max(u.lanes for u in units), len(units) * self.taps
         taps = self.pools["w_taps"].next()
         src = self._const.hbm_ap(0, 0, parts, [(1, first * self.taps, width)])
         self.b.dma(taps.flat(self.compute, parts, width), src, f"{self.tag} weights taps")
@@ -223,12 +268,12 @@ class ConvWeights:
         for u in units:
             k = self.slot[u.index] - first
             self._tap_tiles[u.index] = (taps, k * self.taps)
-            eye = ident.ap(self.compute, u.cn, ((1, u.on),))
+            eye = ident.ap(self.compute, u.lanes, ((1, u.outs),))  # spread: one diagonal over every range
             for t in range(self.taps):
                 if self.pe_taps is not None and t not in self.pe_taps:
                     continue  # computed off PE (depthwise.py): no stationary
-                dst = tile.ap(self.compute, u.cn, ((1, u.on),), k * self.F + t * u.on)
-                w = taps.ap(self.compute, u.cn, ((1, 1),), k * self.taps + t)
+                dst = tile.ap(self.compute, u.lanes, ((1, u.outs),), k * self.F + t * u.outs)
+                w = taps.ap(self.compute, u.lanes, ((1, 1),), k * self.taps + t)
                 label = f"{self.tag} weights u{u.index} tap {t} diagonal stationaries"
                 engine = self.b.pick_engine(DIAGONAL_ENGINES)
                 if engine == "act":
@@ -241,11 +286,11 @@ class ConvWeights:
         """Depthwise: the per-partition [cn, 1] weights of tap `t` of `unit` (loaded with its stationaries)."""
         self.prefetch()
         tile, base = self._tap_tiles[unit.index]
-        return tile.ap(self.compute, unit.cn, ((1, 1),), base + t)
+        return tile.ap(self.compute, unit.lanes, ((1, 1),), base + t)
 
     def _tap_array(self) -> np.ndarray:
-        """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p (kernel rows,
-        then columns, flipped as the window says)."""
+        """[P, units * KH * KW]: unit slot s, partition p holds the taps of channel c0 + p % cn (kernel rows,
+        then columns, flipped as the window says; a spread unit's ranges repeat its channels)."""
         w = self.w.const_array().astype(np.float32)[:, 0]
         if self.flip[0]:
             w = w[:, ::-1]
@@ -253,7 +298,7 @@ class ConvWeights:
             w = w[:, :, ::-1]
         out = np.zeros((self.P, len(self.units), self.taps), np.float32)
         for u in self.units:
-            out[:u.cn, self.slot[u.index]] = w[u.c0:u.c0 + u.cn].reshape(u.cn, self.taps)
+            out[:u.lanes, self.slot[u.index]] = np.tile(w[u.c0:u.c0 + u.cn].reshape(u.cn, self.taps), (u.spread, 1))
         return out.reshape(self.P, -1).astype(isa_dtype(self.compute).numpy)
 
     def _arranged(self) -> np.ndarray:

@@ -13,7 +13,10 @@ summed in one of two ways (machine-model.md: ~N cycles per input tile, ~60 of ov
 - an *add* chain on DVE or GpSimd: part = part + prod (2N cycles per tap), starting and ending with a tap
   that covers the block whole.
 Each group's sum (in the compute dtype) joins the block's PSUM accumulation as one more matmul by the
-identity. `plan_split` chooses the groups from the machine model's costs.
+identity. Blocks of few pixels (ConvNeXt's stage 3: 7x7) take a third form, *singles*: every product joins
+the accumulation by its own identity matmul. There PE's diagonal stationaries cost more than the taps' matmuls
+(one [C, C] op per tap against N < C pixels), while a product costs N and the identity stays loaded.
+`plan_split` chooses the groups from the machine model's costs.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from isa.program import AccessPattern
 from isa.target import Target
 
 PRODUCERS = ("act", "pool")  # engines multiplying a window by its tap weight (one input)
+SINGLE_PRODUCERS = ("act", "pool", "dve")  # the same for singles (DVE sums nothing then)
 # the other engines' estimated loads are scaled by this before they are compared with PE's: their chains wait on
 # each other and share the engines with the scheduler's moves (ConvNeXt-tiny, trn1, bf16: 606.9 us at 1.0,
 # 606.1 at 1.1, 608.4 at 1.2, 599.4 at 1.35, 605.5 at 1.5, 601.3 at 1.7)
@@ -42,8 +46,9 @@ MIN_PIXELS = 128  # product buffers of reduce groups in rotation (one summed whi
 
 @dataclass(frozen=True)
 class Chain:
-    """Taps summed off PE: `mode` "reduce" (DVE tensor_reduce of the products) or "add" (a chain of adds
-    on `engine`); `products[i]` is the engine multiplying tap `taps[i]`."""
+    """Taps summed off PE: `mode` "reduce" (DVE tensor_reduce of the products), "add" (a chain of adds
+    on `engine`) or "single" (each product summed by PE, `engine` "pe"); `products[i]` is the engine
+    multiplying tap `taps[i]`."""
 
     mode: str
     engine: str
@@ -73,7 +78,7 @@ def plan_split(target: Target, taps: int, full: list[int], clipped: list[int], p
     The ACT work of the epilogue (one pass per block) and the building of PE's diagonal stationaries (one
     [channels, channels] op per PE tap, spread over three engines) are counted."""
     if pixels < MIN_PIXELS:
-        return None
+        return _plan_singles(target, taps, full, clipped, pixels, blocks, channels, compute)
     pe_data = target.data["pe"]
     factor = pe_data["fp32_factor"] if compute == "f32" else 1
     mm = max(pixels, pe_data["min_interval"]) * factor / target.clock_ghz("pe")
@@ -104,6 +109,28 @@ def plan_split(target: Target, taps: int, full: list[int], clipped: list[int], p
     return _split(taps, full, clipped, *best[1])
 
 
+def _plan_singles(target: Target, taps: int, full: list[int], clipped: list[int], pixels: int, blocks: int,
+                  channels: int, compute: str) -> TapSplit | None:
+    """Small blocks: every tap a single product joined by PE (products spread over ACT, GpSimd and DVE, each
+    to the engine it leaves least loaded), when that beats PE alone with its diagonal stationaries."""
+    pe_data = target.data["pe"]
+    factor = pe_data["fp32_factor"] if compute == "f32" else 1
+    mm = max(pixels, pe_data["min_interval"]) * factor / target.clock_ghz("pe")
+    epilogue = _engine_ns(target, "act", pixels, 1)
+    diag = sum(_engine_ns(target, e, channels, 1) for e in SINGLE_PRODUCERS) / 9 / max(1, blocks)
+    alone = max(taps * mm, ENGINE_MARGIN * (taps * diag + epilogue))
+    load = {"act": epilogue, "pool": 0.0, "dve": 0.0}
+    products = []
+    for _ in range(taps):
+        engine = min(SINGLE_PRODUCERS, key=lambda e: load[e] + _engine_ns(target, e, pixels, 1))
+        load[engine] += _engine_ns(target, engine, pixels, 1)
+        products.append(engine)
+    if max(taps * mm, ENGINE_MARGIN * max(load.values())) >= alone:
+        return None
+    order = (*full, *clipped)  # a full tap first: its matmul starts the accumulation
+    return TapSplit(frozenset(), (Chain("single", "pe", order, tuple(products)),))
+
+
 def _split(taps: int, full: list[int], clipped: list[int], r: int, q: int, own: int) -> TapSplit:
     """A reduce group of r taps (clipped ones first) and an add chain of q taps (full ends, clipped between)."""
     ends = list(full[1:3]) if q else []
@@ -121,6 +148,8 @@ def _split(taps: int, full: list[int], clipped: list[int], r: int, q: int, own: 
     return TapSplit(frozenset(t for t in range(taps) if t not in off), tuple(chains))
 
 
+# a sum to join a block's accumulation: (tile, pattern, element offset) of the part of the block it covers
+Part = tuple[Tile, tuple[tuple[int, int], ...], int]
 # tap -> (source window, destination pattern, destination element offset), None when out of the block's reach
 Window = Callable[[int], tuple[AccessPattern, tuple[tuple[int, int], ...], int] | None]
 
@@ -130,7 +159,8 @@ class OffPE:
 
     def __init__(self, builder: ProgramBuilder, split: TapSplit, compute: str, limit: int, group: int, tag: str):
         self.b, self.split, self.compute, self.limit, self.tag = builder, split, compute, limit, tag
-        self.bufs = 2 * group * len(split.chains)  # a group's sums while the previous group's are read
+        # a group's sums while the previous group's are read
+        self.bufs = 2 * group * sum(len(c.taps) if c.mode == "single" else 1 for c in split.chains)
         self.width = max((len(c.taps) for c in split.chains if c.mode == "reduce"), default=0)
         self.pools: dict[str, Pool] = {}
         # (product buffer, slot) -> the (size, pattern, offset) of the clipped product whose complement is zero
@@ -149,17 +179,30 @@ class OffPE:
         self.pools = pools
 
     def emit(self, parts: int, size: int, window: Window, scale: Callable[[int], AccessPattern],
-             label: str) -> list[Tile]:
+             label: str) -> list[Part]:
         """The groups of one block of `size` pixels on `parts` partitions: their sums ([parts, size] in the
-        compute dtype, to be matmul'd by the identity into the block's accumulator)."""
+        compute dtype, to be matmul'd by the identity into the block's accumulator), as (tile, pattern,
+        element offset) of the part of the block each covers (a single's clipped window, else the block)."""
         results = []
+        whole = ((1, size),)
         for chain in self.split.chains:
+            if chain.mode == "single":
+                for t, engine in zip(chain.taps, chain.products, strict=True):
+                    found = window(t)
+                    if found is None:  # out of this block's reach
+                        continue
+                    src, pattern, offset = found
+                    part = self.pools["dw_part"].next()
+                    self._product(engine, part.ap(self.compute, parts, pattern, offset), src, scale(t),
+                                  f"{label} tap {t} single")
+                    results.append((part, pattern, offset))
+                continue
             part = self.pools["dw_part"].next()
             if chain.mode == "reduce":
                 self._reduce(chain, part, parts, size, window, scale, label)
             else:
                 self._chain(chain, part, parts, size, window, scale, label)
-            results.append(part)
+            results.append((part, whole, 0))
         return results
 
     def _reduce(self, chain: Chain, part: Tile, parts: int, size: int, window: Window,
