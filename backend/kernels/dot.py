@@ -255,15 +255,16 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
             out_bufs = -(-out_bufs // out_tiles) + 1
         stat_n = grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
                          else opts.stationary_buffers * most, most, kt)
-        # a constant stationary held whole (every block its own buffer, loaded once): placed apart, its loads
-        # run kernels ahead (alloc.py)
+        # a constant stationary held whole (every block its own buffer, loaded once): a classifier's weight
+        # (single row) is placed apart, its loads run kernels ahead (alloc.py); not the weights of kernels
+        # with more PE work of their own (GPT-2 block s512: 124.6 -> 140.5 us when they were)
         whole = stat_tiled is not None and kt == nk and stat_n * stat_group >= n_p
         if whole:
             stat_n = -(-n_p // stat_group)  # no buffer is reused: more would only take SBUF
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
                  PoolSpec("out", "sbuf", out_tiles * mt * itemsize(plan.out.dtype), out_bufs),
                  PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz * (stat_group if kt == nk else 1),
-                          stat_n, source=stat0.stages, prefetch=whole and not stat0.in_sbuf)]
+                          stat_n, source=stat0.stages, prefetch=whole and single_row and not stat0.in_sbuf)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
         if stat0.needs_transpose_psum or mov0.needs_transpose_psum:
             specs.append(PoolSpec("tpsum", "psum", 0, opts.psum_transpose_banks))
