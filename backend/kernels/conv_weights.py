@@ -149,10 +149,12 @@ class ConvWeights:
         csz = itemsize(self.compute)
         self.resident = total * csz <= budget
         size, bufs = (total, 1) if self.resident else (self.tiles_per_fetch * self.F, streamed_bufs)
-        specs = [PoolSpec("w", "sbuf", size * csz, bufs, prefetch=self.resident)]
+        # resident weights loaded by DMA are placed apart (alloc.py: their loads run kernels ahead); depthwise
+        # stationaries are built on chip from their taps, which are
+        specs = [PoolSpec("w", "sbuf", size * csz, bufs, prefetch=self.resident and not self.diagonal)]
         if self.diagonal:
             loaded = len(self.units) if self.resident else self.tiles_per_fetch
-            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2))
+            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2, prefetch=self.resident))
         if self._casting:
             specs.append(PoolSpec("w_stage", "sbuf", size * itemsize(self.w.stored_dtype), 1))
         return specs
