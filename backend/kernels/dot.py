@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec
 from backend.emit import ProgramBuilder
+from backend.kernels.conv_epilogue import SMALL_OUT_BUFS, SMALL_OUT_BYTES
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
@@ -253,6 +254,9 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         out_tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else 1)) if merge_out else 1
         if out_tiles > 1:
             out_bufs = -(-out_bufs // out_tiles) + 1
+        if out_tiles * mt * itemsize(plan.out.dtype) <= SMALL_OUT_BYTES:  # a classifier's [P, 1] columns: each
+            # store costs ~3 us of latency whatever its size, so every one of them in flight at once
+            out_bufs = max(out_bufs, min(SMALL_OUT_BUFS, n_p * len(f_tiles)))
         stat_n = grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
                          else opts.stationary_buffers * most, most, kt)
         # a constant stationary held whole (every block its own buffer, loaded once): a classifier's weight
