@@ -20,6 +20,7 @@ from hlo.errors import CompilationError
 from isa.program import AccessPattern
 
 LEAF_BUDGET = 16 * 1024  # bytes per partition for cached broadcast rows of the epilogue's operands
+SMALL_OUT_BYTES, SMALL_OUT_BUFS = 256, 16  # result tiles this small get this many buffers (see Epilogue.specs)
 
 
 def view_leaves(root: Node, where: str) -> list[Node]:
@@ -65,9 +66,12 @@ class Epilogue:
         self.pools: dict[str, Pool] = {}
 
     def specs(self) -> list[PoolSpec]:
-        return self.temps.specs() + [PoolSpec("epi_out", "sbuf", self.fmax * itemsize(self.out.dtype),
-                                              self.out_buffers)] + self.loader.specs(self.pmax, self.fmax, 2,
-                                                                                    LEAF_BUDGET)
+        # tiny result tiles (a global pool's one pixel per channel) each cost a store of ~3 us latency whatever
+        # their size: enough buffers for SMALL_OUT_BUFS stores in flight (ResNet-50's pooled features: 16)
+        size = self.fmax * itemsize(self.out.dtype)
+        bufs = max(self.out_buffers, SMALL_OUT_BUFS) if size <= SMALL_OUT_BYTES else self.out_buffers
+        return self.temps.specs() + [PoolSpec("epi_out", "sbuf", size, bufs)] + self.loader.specs(
+            self.pmax, self.fmax, 2, LEAF_BUDGET)
 
     def bind(self, pools: dict[str, Pool]) -> None:
         self.pools = pools

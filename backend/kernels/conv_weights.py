@@ -41,6 +41,11 @@ WEIGHT_RUN = 2048  # bytes per partition of one weight transfer (descriptor over
 DIAGONAL_DTYPES = ("bf16", "f16", "f32")
 DIAGONAL_ENGINES = ("act", "dve", "pool")  # build the depthwise diagonal stationaries
 WEIGHT_PARTS = 32  # partitions of one weight transfer (pieces of 64 KiB at most: many queues in flight)
+# resident weights are prefetched kernels ahead (alloc.py: placed apart), so their first stationaries need not
+# land first: longer runs (descriptor overhead 6%) on fewer partitions (DMA has no start-partition rule), in
+# pieces of 64 KiB still, so that no transfer holds its FIFO queue long (ResNet-50: 8 KiB runs on 8 partitions
+# 316.0 us, 12 KiB on 4: 314.5, 4 KiB on 16: 312.8; 8 KiB on 32, 256 KiB pieces: +15 us)
+AHEAD_RUN, AHEAD_PARTS = 4096, 16
 
 
 def _tiles(start: int, count: int, most: int) -> tuple[tuple[int, int], ...]:
@@ -190,10 +195,12 @@ class ConvWeights:
         csz = itemsize(self.compute)
         self.resident = total * csz <= budget
         size, bufs = (total, 1) if self.resident else (self.tiles_per_fetch * self.F, streamed_bufs)
-        specs = [PoolSpec("w", "sbuf", size * csz, bufs)]
+        # resident weights loaded by DMA are placed apart (alloc.py: their loads run kernels ahead); depthwise
+        # stationaries are built on chip from their taps, which are
+        specs = [PoolSpec("w", "sbuf", size * csz, bufs, prefetch=self.resident and not self.diagonal)]
         if self.diagonal:
             loaded = len(self.units) if self.resident else self.tiles_per_fetch
-            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2))
+            specs.append(PoolSpec("w_taps", "sbuf", loaded * self.taps * csz, 2, prefetch=self.resident))
         if self._casting:
             specs.append(PoolSpec("w_stage", "sbuf", size * itemsize(self.w.stored_dtype), 1))
         return specs
@@ -241,12 +248,13 @@ class ConvWeights:
             self._const = self.b.new_const(self._arranged(), self.compute)
         parts = max(u.copies * u.cn for u in units)
         width = len(units) * self.F
-        step = max(1, WEIGHT_RUN // itemsize(self.compute))
+        step = max(1, (AHEAD_RUN if self.resident else WEIGHT_RUN) // itemsize(self.compute))
         label = f"{self.tag} weights" + ("" if len(units) == len(self.units) else f" o{units[0].o0}")
         for f0 in range(0, width, step):  # column chunks first: the first stationaries land first
             fn = min(step, width - f0)
-            for p0 in range(0, parts, WEIGHT_PARTS):
-                pn = min(WEIGHT_PARTS, parts - p0)
+            rows = AHEAD_PARTS if self.resident else WEIGHT_PARTS
+            for p0 in range(0, parts, rows):
+                pn = min(rows, parts - p0)
                 src = self._const.hbm_ap(0, p0, pn, [(1, first * self.F + f0, fn)])
                 dst = replace(tile.flat(self.compute, pn, fn, f0), start_partition=p0)
                 self.b.dma(dst, src, label, split=pn * fn * itemsize(self.compute))

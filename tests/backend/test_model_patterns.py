@@ -139,6 +139,20 @@ def test_results_stored_a_group_of_tiles_at_a_time():
     assert sum(s.nbytes for s in stores) == m * n * 4
 
 
+def test_streamed_results_staged_over_groups():
+    """An LM head: the constant weight streams block by block as the moving operand; its results, rows of one
+    group of moving tiles at a time, are staged over consecutive groups and stored 8 KiB per partition at a
+    time (4 tiles of 512 f32 columns; the last group, tile by tile, excepted)."""
+    m, k, n = 128, 256, 5000
+    x, w = rand(m, k, seed=1), rand(n, k, seed=2) / 10
+    options = BackendOptions(moving_resident_bytes=1024)
+    (out,), result = run_hlo(const_dot_text(m, k, n), [x], constants={"w": w}, options=options)
+    np.testing.assert_allclose(out, x @ w.T, **TOL["f32"])
+    stores = [i.operands["dst"] for i in result.program.instructions if i.opcode == "dma" and "store" in i.comment]
+    assert max(s.pattern[-1][1] for s in stores) == 4 * 512
+    assert sum(s.nbytes for s in stores) == m * n * 4
+
+
 @pytest.mark.parametrize("rhs_transposed", [False, True])
 def test_streamed_moving_operand_block_by_block(rhs_transposed):
     """A moving operand too large to stay in SBUF is streamed once per super-block of R stationary blocks,
