@@ -32,7 +32,8 @@ from backend.control import ControlRecorder, Loop, Region, Switch, While
 from backend.costs import CostModel
 from backend.deps import dependencies, stationary_groups
 from backend.registry import SCHEDULERS as REGISTRY
-from backend.schedule import ScheduleProblem, ScheduleResult, add_semaphores, schedule_text
+from backend.schedule import ScheduleProblem, ScheduleResult, schedule_text
+from backend.semaphores import add_semaphores
 from isa.program import ENGINES, Instruction
 from isa.target import Target
 

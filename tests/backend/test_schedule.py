@@ -12,14 +12,12 @@ from backend.deps import dependencies, stationary_groups
 from backend.emit import ProgramBuilder
 from backend.lower import Lowering
 from backend.schedule import (
-    ENGINE_SEMS,
-    PE_LOAD_SEM,
-    QUEUE_SEM_BASE,
     SCHEDULERS,
     engine_choices,
     list_schedule,
     schedule,
 )
+from backend.semaphores import ENGINE_SEMS, PE_LOAD_SEM, QUEUE_SEM_BASE
 from hlo.parser import parse_module
 from isa.emulator import run_program
 from isa.program import AccessPattern, Instruction
