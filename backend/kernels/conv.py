@@ -174,27 +174,31 @@ class _ConvKernel:
         self.B, self.C, self.H, self.W = x.dims
         kernel = plan.w.dims[2], plan.w.dims[3]
         self.limit = min(builder.options.moving_tile, builder.target.data["pe"]["max_n"])
-        self.sgs: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts,
-                                                  self._fold_cost)
-        if self._spreadable():
-            self.sgs = spread_tiles(self.sgs, plan.rows.out, self.parts)
-        lo, hi = plan.cols.span(0, plan.cols.out)
-        self.layout = [_Cols(0, self.W, True) if sg.fw == 1 else _Cols(lo, hi - lo, False) for sg in self.sgs]
-        self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
-        if not self.weights.diagonal and any(sg.spread > 1 for sg in self.sgs):  # spread needs the diagonals
-            self.sgs = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts, self._fold_cost)
-            self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
         self.casting = x.stored_dtype != plan.compute
         self.group = max(1, builder.options.psum_acc_banks // 2)
         self.epilogue = Epilogue(builder, plan.epilogue, plan.out, 1, 2, plan.name, min(self.parts, plan.out.dims[1]),
                                  self.limit, builder.options.output_buffers + self.group, DMA_PIECE)
+        self.plain: list[SuperGroup] = super_groups(self.C, plan.w.dims[0], plan.groups, kernel, self.parts,
+                                                    self._fold_cost)
+        self._setup(spread_tiles(self.plain, plan.rows.out, self.parts) if self._spreadable() else self.plain)
+        self.pools: dict[str, Pool] = {}
+
+    def _setup(self, sgs: list[SuperGroup]) -> None:
+        """The channel tiles `sgs`: their column layouts, weights and the taps computed off PE."""
+        plan, builder = self.plan, self.b
+        self.sgs = sgs
+        lo, hi = plan.cols.span(0, plan.cols.out)
+        self.layout = [_Cols(0, self.W, True) if sg.fw == 1 else _Cols(lo, hi - lo, False) for sg in self.sgs]
+        self.weights = ConvWeights(builder, plan.w, plan.groups, self.sgs, plan.compute, plan.flip, plan.name)
+        if not self.weights.diagonal and sgs is not self.plain:  # spread tiles need the diagonal stationaries
+            self._setup(self.plain)
+            return
         self.off_pe: OffPE | None = None
         split = self._tap_split() if self.weights.diagonal else None
         if split is not None:
             self.weights.pe_taps = split.pe
             block = min(self.limit, self.B * plan.rows.out * plan.cols.out)
             self.off_pe = OffPE(builder, split, plan.compute, block, self.group, plan.name)
-        self.pools: dict[str, Pool] = {}
 
     # -- planning ---------------------------------------------------------------------------------------------
     def _spreadable(self) -> bool:
@@ -285,8 +289,22 @@ class _ConvKernel:
             specs.append(PoolSpec("x_stage", "sbuf", size * ssz, 2))
         return specs, bands
 
+    def _fitting_specs(self) -> tuple[list[PoolSpec], dict[int, list[Band]]]:
+        """The pools and bands, giving up what costs SBUF until the input tiles fit beside the tensors kept
+        on chip: spread tiles (wider diagonal banks), then the off-PE taps' buffers (all taps on PE)."""
+        while True:
+            try:
+                return self._specs()
+            except CompilationError:
+                if self.sgs is not self.plain:
+                    self._setup(self.plain)
+                elif self.off_pe is not None:
+                    self.off_pe, self.weights.pe_taps = None, None
+                else:
+                    raise
+
     def run(self) -> None:
-        specs, bands = self._specs()
+        specs, bands = self._fitting_specs()
         plan = self.plan
         self.pools = self.b.alloc.begin_kernel(plan.name, specs, plan.where)
         self.epilogue.bind(self.pools)
