@@ -136,7 +136,6 @@ def _multiply_moving(ctx: Ctx) -> Runner:
     m, n = dst.shape[0], _flat(src).shape[1]
     k = src.shape[0]
     step = max(1, BLAS_CHUNK_MACS // max(1, k * m))
-    product = state.buffer((m, n))
     # The chunks of ``step`` columns as one stacked matmul: numpy makes the same BLAS call per
     # chunk as a loop would (same shapes and strides, so the same bits), without the loop.
     whole = n - n % step
@@ -145,8 +144,7 @@ def _multiply_moving(ctx: Ctx) -> Runner:
     in_place = dst_2d is not None
     # without accumulation the products go straight to PSUM (BLAS writes them through its ldc)
     direct = in_place and not acc and dst.dtype == F32 and dst_2d.strides[1] == dst.itemsize
-    if direct:
-        product = dst_2d
+    product = dst_2d if direct else state.buffer((m, n))
     product_chunks = product[:, :whole].reshape(m, chunks, step).transpose(1, 0, 2)
 
     def run() -> None:
