@@ -44,15 +44,19 @@ def _needed_waits(ops: list[Instruction], preds: list[list[int]], stream_of: lis
     (PE issues in order: see Timeline), need no wait. One numpy pass over all edges instead of a Python
     loop per edge (Llama: 3.5 million)."""
     n = len(ops)
+    index = np.int32 if n * n_streams < 2 ** 31 else np.int64  # (Llama: 3.5 million edges, 4 bytes each)
     lengths = np.fromiter(map(len, preds), dtype=np.int64, count=n)
-    src = np.fromiter(chain.from_iterable(preds), dtype=np.int64, count=int(lengths.sum()))
-    dst = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    streams = np.asarray(stream_of, dtype=np.int64)
+    src = np.fromiter(chain.from_iterable(preds), dtype=index, count=int(lengths.sum()))
+    dst = np.repeat(np.arange(n, dtype=index), lengths)
+    streams = np.asarray(stream_of, dtype=index)
     on_pe = np.fromiter((op.engine == "pe" for op in ops), dtype=bool, count=n)
-    src_stream = streams[src]
-    keep = (src_stream != streams[dst]) & ~(on_pe[src] & on_pe[dst])
-    cells = np.zeros(n * n_streams, dtype=np.int64)
-    np.maximum.at(cells, dst[keep] * n_streams + src_stream[keep], np.asarray(ordinal, dtype=np.int64)[src[keep]])
+    keep = streams[src] != streams[dst]
+    keep &= ~(on_pe[src] & on_pe[dst])
+    src, dst = src[keep], dst[keep]
+    del keep
+    cells = np.zeros(n * n_streams, dtype=index)
+    np.maximum.at(cells, dst * n_streams + streams[src], np.asarray(ordinal, dtype=index)[src])
+    del src, dst
     flat = np.flatnonzero(cells)
     first = np.searchsorted(flat, np.arange(n + 1, dtype=np.int64) * n_streams).tolist()
     return first, (flat % n_streams).tolist(), cells[flat].tolist()

@@ -14,11 +14,12 @@ from hlo.ir import Computation, Instruction, Module, Quoted, Shape, SliceSpec, W
 INLINE_LITERAL_MAX = 16  # constants with more elements print as {...} with their data in a side file
 
 _ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}
+_ESCAPE_TABLE = str.maketrans(_ESCAPES)  # (one C pass: metadata strings are long, ~0.9 M characters for GPT-2)
 
 
 def quote(text: str) -> str:
     """A string as a double-quoted HLO string literal."""
-    return '"' + "".join(_ESCAPES.get(c, c) for c in text) + '"'
+    return '"' + text.translate(_ESCAPE_TABLE) + '"'
 
 
 def format_shape(shape: Shape, with_layout: bool = True) -> str:

@@ -144,18 +144,22 @@ def _tile_blocks(arr: np.ndarray, compute: str, block: int, parts: int, group: i
     """The flat `TiledConst` layout of a [batch..., K, C] array in the compute dtype: per batch, per
     column block of `block` columns (the last narrower), [parts][K // parts][w] then the [K % parts][w]
     rest; with `group` > 1 (K % parts == 0), grouped as `_group_blocks` says. Whole blocks are moved with
-    one strided copy per batch and part (casting on assignment, as `astype` does); a transposed weight's
-    blocks go straight to their grouped place (no second copy of the array: Llama's LM head is 1 GB)."""
+    one strided copy per batch and part (casting on assignment, as `astype` does); grouped blocks go
+    straight to their grouped place (no second copy of the array: Llama's LM head is 1 GB)."""
     *_, K, C = arr.shape
     arr = arr.reshape(-1, K, C)
     full, rest = K // parts, K % parts
     nb, tail = C // block, C % block
     transposed = nb > 0 and arr.strides[1] < arr.strides[2]  # nn.Linear's [out, in] read as [K, C]
-    if group > 1 and (rest or not transposed):
+    if group > 1 and rest:
         return _group_blocks(_tile_blocks(arr, compute, block, parts), K, C, block, group, parts)
     out = _fresh(arr.size, isa_dtype(compute).numpy)
     pos = 0
     for b in range(arr.shape[0]):
+        if group > 1 and not transposed:
+            _grouped_blocks(arr[b], out[pos:pos + K * C], block, group, parts)
+            pos += K * C
+            continue
         if transposed:
             views, tail_view = _block_views(out[pos:pos + K * C], K, C, block, group, parts)
             _transpose_blocks(arr[b, :full * parts, :nb * block], views, full, parts, block)
@@ -182,6 +186,25 @@ def _tile_blocks(arr: np.ndarray, compute: str, block: int, parts: int, group: i
             out[pos + full * parts * tail:pos + K * tail].reshape(rest, tail)[...] = blk[full * parts:]
             pos += K * tail
     return out
+
+
+def _grouped_blocks(arr: np.ndarray, out: np.ndarray, block: int, group: int, parts: int) -> None:
+    """`_group_blocks`'s layout of one [K, C] matrix (K % parts == 0, C its short stride) written into
+    `out` (K * C elements) directly: per group of blocks one strided copy, [parts][blocks][K-tiles][w],
+    the narrower last block after its group's whole ones."""
+    K, C = arr.shape
+    full, span = K // parts, block * group
+    for g0 in range(0, C, span):
+        width = min(span, C - g0)
+        whole, tail = divmod(width, block)
+        region = out[g0 * K:(g0 + width) * K].reshape(parts, full * width)
+        head = whole * full * block
+        if whole:
+            region[:, :head].reshape(parts, whole, full, block)[...] = \
+                arr[:, g0:g0 + whole * block].reshape(full, parts, whole, block).transpose(1, 2, 0, 3)
+        if tail:
+            region[:, head:].reshape(parts, full, tail)[...] = \
+                arr[:, g0 + whole * block:g0 + width].reshape(full, parts, tail).transpose(1, 0, 2)
 
 
 def _block_views(out: np.ndarray, K: int, C: int, block: int, group: int, parts: int
