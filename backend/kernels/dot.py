@@ -256,7 +256,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         out_tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else stage)) * merge_out or 1
         if out_tiles > 1:
             out_bufs = -(-out_bufs // out_tiles) + 1
-        if out_tiles * mt * itemsize(plan.out.dtype) <= SMALL_OUT_BYTES:  # a classifier's columns: all in flight
+        if single_row and out_tiles * mt * itemsize(plan.out.dtype) <= SMALL_OUT_BYTES:  # all in flight
             out_bufs = max(out_bufs, min(SMALL_OUT_BUFS, n_p * len(f_tiles)))
         stat_n = grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
                          else opts.stationary_buffers * most, most, kt)
