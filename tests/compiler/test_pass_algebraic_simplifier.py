@@ -91,3 +91,13 @@ def test_power_of_small_integer_is_multiplied_and_matches_eager():
     assert " power(" not in exe.hlo
     (out,) = exe.run(x)
     np.testing.assert_allclose(out, model(x).numpy(), rtol=1e-4, atol=1e-4)
+
+
+def test_golden_reduce_window_over_whole_dimensions():
+    # XLA's HandleReduceWindow: a window spanning whole dimensions (any stride) and trivial elsewhere is
+    # reshape(reduce): global average pooling's sum, an integer max, a non-identity init; kept: a partial
+    # window, a padded one, a dilated one
+    after = run_golden("algebraic_simplifier_reduce_window", [AlgebraicSimplifier(), DeadCodeElimination()],
+                       rtol=1e-5, atol=1e-5)
+    assert sum(i.opcode == "reduce-window" for i in after.entry.instructions) == 3
+    assert sum(i.opcode == "reduce" for i in after.entry.instructions) == 3
