@@ -122,7 +122,7 @@ def _import_hlo(model: Any, target_machine: Any) -> tuple[Module, str | None, st
         return model, None, None
     if isinstance(model, (str, os.PathLike)):
         text = os.fspath(model)
-        if "HloModule" in text or "\n" in text:  # HLO text (a path has neither)
+        if _is_hlo_text(text):
             return parse_module(text), text, None
         try:
             is_file = Path(text).is_file()
@@ -134,13 +134,18 @@ def _import_hlo(model: Any, target_machine: Any) -> tuple[Module, str | None, st
     return module, hlo_text, text
 
 
+def _is_hlo_text(text: str) -> bool:
+    """HLO text rather than a file's path (a path has neither)."""
+    return "HloModule" in text or "\n" in text
+
+
 def _hlo_source_digest(model: str | os.PathLike) -> str | None:
     """XXH3-128 of HLO text, or of an .hlo file's bytes and those of the constants side file its header names:
     the key of a lookup that skips parsing (the parsed module's canonical text keys the program itself).
     None when the file cannot be read here (the capture then says why)."""
     text = os.fspath(model)
     digest = xxhash.xxh3_128()
-    if "HloModule" in text or "\n" in text:
+    if _is_hlo_text(text):
         digest.update(text.encode())
         return digest.hexdigest()
     try:
