@@ -37,7 +37,9 @@ def _align(n: int) -> int:
 @dataclass(frozen=True)
 class PoolSpec:
     """A request: `bufs` rotating buffers of `nbytes` per partition in `memory` (psum: whole banks).
-    `source`: the scratch tensor this pool stages; kept on chip, the tensor's image replaces the pool."""
+    `source`: the scratch tensor this pool stages; kept on chip, the tensor's image replaces the pool.
+    `spare`: bytes per partition of it the kernel can do without (it then takes a smaller variant), so the
+    residency plan need not leave them free."""
 
     name: str
     memory: str
@@ -45,6 +47,7 @@ class PoolSpec:
     bufs: int
     source: str | None = None
     prefetch: bool = False  # filled once at the kernel's start from constants: placed apart, see Allocator
+    spare: int = 0
 
 
 @dataclass
@@ -108,6 +111,7 @@ class KernelRecord:
     need: int  # SBUF bytes per partition of all its pools
     first_op: int
     last_op: int = -1
+    spare: int = 0  # of `need`, what a smaller variant of the kernel does without (PoolSpec.spare)
 
 
 class Allocator:
@@ -138,8 +142,9 @@ class Allocator:
         return len(self.kernels) - 1
 
     def sbuf_capacity(self) -> int:
-        """Bytes per partition a kernel may use."""
-        return self.persistent_top
+        """Bytes per partition the next kernel may use: the largest gap the images live during it leave (a
+        kernel sized for more would not find its block, and the tensor kept on chip would go back to HBM)."""
+        return max((hi - lo for lo, hi in self._free(len(self.kernels), [], guard=False)), default=0)
 
     def sbuf_need(self, specs: list[PoolSpec]) -> int:
         return sum(_align(s.nbytes) * s.bufs for s in specs if s.memory == "sbuf")
@@ -178,8 +183,9 @@ class Allocator:
             self._mark(apart, apart_bytes, index)
         bank = self._psum_start(banks)
         self._kernel = kernel
-        self.kernels.append(KernelRecord(kernel, where, (block, block + need - apart_bytes), banks, self._clock(),
-                                         need))
+        self.kernels.append(KernelRecord(kernel, where, (block, block + need - apart_bytes), banks, need=need,
+                                         first_op=self._clock(),
+                                         spare=sum(s.spare for s in specs if s.memory == "sbuf")))
         pools: dict[str, Pool] = {}
         offsets = {False: block, True: apart}
         for spec in specs:
@@ -225,16 +231,16 @@ class Allocator:
     def _mark(self, offset: int, nbytes: int, index: int) -> None:
         self._used[offset // ALIGN:-(-(offset + nbytes) // ALIGN)] = index
 
-    def _free(self, index: int, busy: list[tuple[int, int]]) -> list[tuple[int, int]]:
-        """Gaps that the images live at kernel `index` and `busy` leave in [0, persistent_top), less the top
-        PERSISTENT_GUARD bytes (a persistent buffer a kernel takes while its pools are placed goes there)."""
+    def _free(self, index: int, busy: list[tuple[int, int]], guard: bool = True) -> list[tuple[int, int]]:
+        """Gaps that the images live at kernel `index` and `busy` leave in [0, persistent_top), less (`guard`)
+        the top PERSISTENT_GUARD bytes (a persistent buffer a kernel takes while its pools are placed goes there)."""
         used = sorted([(i.offset, i.offset + i.nbytes) for i in self.images if i.live(index)] + busy)
         gaps, pos = [], 0
         for lo, hi in used:
             if lo > pos:
                 gaps.append((pos, lo))
             pos = max(pos, hi)
-        top = min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD)
+        top = min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD) if guard else self.persistent_top
         gaps.append((pos, top))
         return [(lo, min(hi, top)) for lo, hi in gaps if min(hi, top) > lo]
 
@@ -281,13 +287,7 @@ class Allocator:
 
     def _place(self, need: int, index: int, where: str) -> int:
         """Next fit of `need` bytes in the space live images leave in [0, persistent_top)."""
-        used = sorted((i.offset, i.offset + i.nbytes) for i in self.images if i.live(index))
-        gaps, pos = [], 0
-        for lo, hi in used:
-            if lo > pos:
-                gaps.append((pos, lo))
-            pos = max(pos, hi)
-        gaps.append((pos, self.persistent_top))
+        gaps = self._free(index, [], guard=False) or [(0, 0)]
         fitting = [(lo, hi) for lo, hi in gaps if hi - lo >= need]
         live = [i for i in self.images if i.live(index)]
         if not fitting and live:  # the residency plan assumed less: keep the largest of them in HBM

@@ -76,7 +76,7 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
         survey = Survey()
         with timer.phase("lowering (survey)"):
             first = _lower(module, target, options, survey=survey, const_memo=memo)
-        survey.needs = [k.need for k in first.alloc.kernels]
+        survey.needs = [k.need - k.spare for k in first.alloc.kernels]
         survey.staged = first.alloc.staged
         survey.persistent_bytes = first.alloc.sbuf_bytes - first.alloc.persistent_top
         tensors = {n: (t.dtype, int(np.prod(t.shape, dtype=np.int64))) for n, t in first.program.tensors.items()

@@ -29,7 +29,8 @@ from backend.fused import (
 from backend.kernels import expr
 from backend.kernels.attention import attention_kernel, plan_attention
 from backend.kernels.conv import conv_kernel, plan_conv
-from backend.kernels.dot import dot_kernel, plan_dot
+from backend.kernels.dot import dot_kernel
+from backend.kernels.dot_plan import plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
 from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS

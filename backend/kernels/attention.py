@@ -27,7 +27,7 @@ import numpy as np
 
 from backend.alloc import PoolSpec
 from backend.emit import ProgramBuilder
-from backend.kernels.dot import _merge_groups, compute_dtype
+from backend.kernels.dot_plan import _merge_groups, compute_dtype
 from backend.kernels.evaluate import FOLD, Coords, Temporaries, TileEvaluator, dry_operand
 from backend.kernels.expr import INT_DTYPES, Node, walk
 from backend.kernels.leaves import LeafLoader

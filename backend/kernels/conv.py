@@ -37,7 +37,7 @@ from backend.kernels.conv_epilogue import Epilogue, view_leaves, with_views
 from backend.kernels.conv_geometry import DMA_PIECE, Axis, Band, Block, band_pieces, plan_bands, simplified, simplify
 from backend.kernels.conv_weights import DIAGONAL_DTYPES, ConvWeights, SuperGroup, Unit, spread_tiles, super_groups
 from backend.kernels.depthwise import OffPE, Part, TapSplit, plan_split
-from backend.kernels.dot import compute_dtype
+from backend.kernels.dot_plan import compute_dtype
 from backend.kernels.expr import Node
 from backend.layout import View, itemsize
 from backend.registry import KernelShape

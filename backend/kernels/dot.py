@@ -16,157 +16,23 @@ moving operand stays resident in SBUF for the whole kernel when it fits, else it
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from math import prod
 
 from backend.alloc import Pool, PoolSpec
 from backend.emit import ProgramBuilder
 from backend.kernels.conv_epilogue import SMALL_OUT_BUFS, SMALL_OUT_BYTES
+from backend.kernels.dot_plan import DotPlan
 from backend.kernels.dot_store import flush, staged
 from backend.kernels.evaluate import Coords, Temporaries, TileEvaluator, dry_operand
-from backend.kernels.expr import Node, has_reduce, substitute_views, view_nodes
 from backend.kernels.leaves import LeafLoader
 from backend.kernels.operands import KOperand, Loaded, TiledConst
 from backend.layout import View, itemsize
 from backend.registry import KernelShape
 from hlo.errors import CompilationError
-from hlo.ir import Instruction as HloInstruction
 from isa.program import AccessPattern
 
 MERGED_STORE_BYTES = 8192  # per partition: a result row shorter than this is stored a whole group of tiles at a time
-
-
-@dataclass
-class DotPlan:
-    """A dot after normalization: lhs (batch..., M, K), rhs (batch..., K, N), out (batch..., M, N).
-
-    `epilogue` is an expression over the accumulator ("acc" node) and leaves with out's dims.
-    """
-
-    name: str
-    where: str
-    lhs: View
-    rhs: View
-    out: View
-    epilogue: Node
-    compute: str
-
-    @property
-    def batch_dims(self) -> tuple[int, ...]:
-        return self.out.dims[:-2]
-
-    @property
-    def macs(self) -> int:
-        m, k = self.lhs.dims[-2:]
-        n = self.rhs.dims[-1]
-        batches = 1
-        for d in self.batch_dims:
-            batches *= d
-        return m * n * k * batches
-
-
-def _merge_groups(views: list[View], groups: list[tuple[int, int]]) -> list[View] | None:
-    """Merge, in every view, each (start, count) group of consecutive axes into one axis (count 0: a new
-    size-1 axis). Groups are given left to right in the coordinates before any merge."""
-    shift = 0
-    for start, count in groups:
-        start -= shift
-        if count == 0:
-            views = [v.insert_axis(start) for v in views]
-            shift -= 1
-            continue
-        for _ in range(count - 1):
-            merged = [v.merge_axes(start) for v in views]
-            if any(m is None for m in merged):
-                return None
-            views = [m for m in merged if m is not None]
-        shift += count - 1
-    return views
-
-
-def compute_dtype(lhs: View, rhs: View, where: str) -> str:
-    """PE input dtype: bf16/f16 when both operands are (auto-cast), else f32."""
-    kinds = {lhs.dtype, rhs.dtype}
-    if kinds - {"f32", "bf16", "f16"}:
-        raise CompilationError(f"{where}: dot of {'/'.join(sorted(kinds))} operands is not supported")
-    return kinds.pop() if len(kinds) == 1 else "f32"
-
-
-def plan_dot(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node,
-             materialize: Callable[[View], View] | None = None) -> DotPlan:
-    """Normalize an HLO dot to (batch..., M, K) x (batch..., K, N) -> (batch..., M, N).
-
-    Several free or contracting dims are merged into one when the strides allow it; `out` and the
-    epilogue's leaves (views with the dot's output dims) are merged the same way. An operand or leaf
-    whose dims cannot be merged is first copied dense (in its normalized order) by `materialize`.
-    """
-    where = inst.where()
-    attrs = inst.attrs
-    lb, rb = tuple(attrs.get("lhs_batch_dims", ())), tuple(attrs.get("rhs_batch_dims", ()))
-    lc, rc = tuple(attrs.get("lhs_contracting_dims", ())), tuple(attrs.get("rhs_contracting_dims", ()))
-    if len(lb) != len(rb) or len(lc) != len(rc):
-        raise CompilationError(f"{where}: dot with mismatched batch/contracting dimensions")
-    lf = tuple(d for d in range(lhs.rank) if d not in lb + lc)
-    rf = tuple(d for d in range(rhs.rank) if d not in rb + rc)
-    nb = len(lb)
-    if has_reduce(epilogue):
-        raise CompilationError(f"{where}: a reduction in a dot's epilogue is not supported")
-
-    def merged(view: View, groups: list[tuple[int, int]], what: str) -> View:
-        result = _merge_groups([view], groups)
-        if result is None and materialize is not None:
-            result = _merge_groups([materialize(view)], groups)
-        if result is None:
-            raise CompilationError(f"{where}: dot whose {what} dimensions cannot be merged into one "
-                                   f"(lhs {lhs.dims}, rhs {rhs.dims})")
-        return result[0]
-
-    lhs_t, rhs_t = lhs.transpose(lb + lf + lc), rhs.transpose(rb + rc + rf)
-    leaves = [n for n in view_nodes(epilogue) if n.view is not None]
-    outs = [out] + [n.view for n in leaves]
-    nlf, nrf = len(lf), len(rf)
-    out_n = _merge_groups([out], [(nb, nlf), (nb + nlf, nrf)])
-    if out_n is None:
-        lhs_t, rhs_t, outs, nb, nlf, nrf = _peel(lhs_t, rhs_t, outs, nb, nlf, len(lc), nrf)
-        out_n = _merge_groups(outs[:1], [(nb, nlf), (nb + nlf, nrf)])
-    if out_n is None:
-        raise CompilationError(f"{where}: dot whose output view {out.dims} cannot be merged into a matrix")
-    out_groups = [(nb, nlf), (nb + nlf, nrf)]
-    lhs_n = merged(lhs_t, [(nb, nlf), (nb + nlf, len(lc))], "lhs")
-    rhs_n = merged(rhs_t, [(nb, len(rc)), (nb + len(rc), nrf)], "rhs")
-    views = {id(n): merged(v, out_groups, "epilogue operand") for n, v in zip(leaves, outs[1:], strict=True)}
-    epilogue = substitute_views(epilogue, views)
-    return DotPlan(name, where, lhs_n, rhs_n, out_n[0], epilogue, compute_dtype(lhs, rhs, where))
-
-
-def _peel(lhs: View, rhs: View, outs: list[View], nb: int, nlf: int, nc: int,
-          nrf: int) -> tuple[View, View, list[View], int, int, int]:
-    """An output whose free dims cannot be merged into a matrix (e.g. a projection written straight into a
-    [batch, heads, seq, head_dim] layout): the leading free dims of the side that does not merge become batch
-    dims, the other operand broadcast along them (stride 0), until the rest merges. lhs is (B, LF, C), rhs
-    (B, C, RF), outs (B, LF, RF); returns them with the new dim counts."""
-
-    def fits(views: list[View], b: int, f1: int, f2: int) -> bool:
-        return _merge_groups(views[:1], [(b, f1), (b + f1, f2)]) is not None
-
-    for j in range(1, nrf):  # peel RF dims: out (B, RF[:j], LF, RF[j:]); lhs broadcast
-        perm = tuple(range(nb)) + tuple(nb + nlf + i for i in range(j)) + tuple(range(nb, nb + nlf)) + tuple(
-            range(nb + nlf + j, nb + nlf + nrf))
-        cand = [v.transpose(perm) for v in outs]
-        if fits(cand, nb + j, nlf, nrf - j):
-            peeled = rhs.dims[nb + nc:nb + nc + j]
-            dims = lhs.dims[:nb] + peeled + lhs.dims[nb:]
-            lhs_b = lhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
-            rperm = tuple(range(nb)) + tuple(nb + nc + i for i in range(j)) + tuple(range(nb, nb + nc)) + tuple(
-                range(nb + nc + j, nb + nc + nrf))
-            return lhs_b, rhs.transpose(rperm), cand, nb + j, nlf, nrf - j
-    for j in range(1, nlf):  # peel LF dims: out (B, LF[:j], LF[j:], RF); rhs broadcast
-        if fits(outs, nb + j, nlf - j, nrf):
-            peeled = lhs.dims[nb:nb + j]
-            dims = rhs.dims[:nb] + peeled + rhs.dims[nb:]
-            rhs_b = rhs.broadcast(dims, tuple(range(nb)) + tuple(range(nb + j, len(dims))))
-            return lhs, rhs_b, outs, nb + j, nlf - j, nrf
-    return lhs, rhs, outs, nb, nlf, nrf
 
 
 def dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
@@ -240,7 +106,8 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         p_axis, 0, ((f_axis, 0, mt),))).run(plan.epilogue, dry_acc))
 
     def pool_specs(resident: bool, caps: tuple[int, int], kt: int = nk, stat0: KOperand = stat0,
-                   mov0: KOperand = mov0, deep: bool = False) -> tuple[list[PoolSpec], int, int, int]:
+                   mov0: KOperand = mov0, deep: bool = False,
+                   stage: bool = True) -> tuple[list[PoolSpec], int, int, int]:
         # a resident moving operand is read from HBM once: only stationary bytes count for the blocking;
         # a streamed one over the whole K accumulates block by block (_Loop), a K-chunked one (_ChunkedLoop)
         # keeps every block's accumulators and stationary buffers of the earlier plan
@@ -251,13 +118,18 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         most = max(blocks, first)
         # results of a whole accumulation group in flight, so no PSUM evacuation waits on a store; a result
         # stored to HBM is staged a whole group of moving tiles per buffer and stored in one DMA (longer runs)
-        out_bufs = max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks) + 2)
-        stage = max(1, MERGED_STORE_BYTES // (mt * itemsize(plan.out.dtype))) if blockwise and n_p == 1 else 1
-        out_tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else stage)) * merge_out or 1
-        if out_tiles > 1:
-            out_bufs = -(-out_bufs // out_tiles) + 1
-        if single_row and out_tiles * mt * itemsize(plan.out.dtype) <= SMALL_OUT_BYTES:  # all in flight
-            out_bufs = max(out_bufs, min(SMALL_OUT_BUFS, n_p * len(f_tiles)))
+        least = max(opts.output_buffers, (1 if blockwise else most) * min(len(f_tiles), opts.psum_acc_banks) + 2)
+
+        def out_pool(staged: int) -> tuple[int, int]:  # (tiles per buffer, buffers)
+            tiles = min(len(f_tiles), max(group, opts.psum_acc_banks // first if resident else staged)) * merge_out or 1
+            bufs = -(-least // tiles) + 1 if tiles > 1 else least
+            if single_row and tiles * mt * itemsize(plan.out.dtype) <= SMALL_OUT_BYTES:  # all in flight
+                bufs = max(bufs, min(SMALL_OUT_BUFS, n_p * len(f_tiles)))
+            return tiles, bufs
+        staging = blockwise and n_p == 1 and stage
+        out_tiles, out_bufs = out_pool(max(1, MERGED_STORE_BYTES // (mt * itemsize(plan.out.dtype))) if staging else 1)
+        # the staged stores are a luxury: the residency plan may take their SBUF (the kernel then stages less)
+        spare = max(0, out_tiles * out_bufs - prod(out_pool(1))) * mt * itemsize(plan.out.dtype) if staging else 0
         stat_n = grouped(stat_bufs(most, deep) if resident else most + 2 if blockwise
                          else opts.stationary_buffers * most, most, kt)
         # a classifier's whole constant stationary (every block its own buffer) is placed apart, loaded kernels
@@ -266,7 +138,7 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
         if whole:
             stat_n = -(-n_p // stat_group)  # no buffer is reused: more would only take SBUF
         specs = temps.specs() + [PoolSpec("acc", "psum", 0, opts.psum_acc_banks),
-                 PoolSpec("out", "sbuf", out_tiles * mt * itemsize(plan.out.dtype), out_bufs),
+                 PoolSpec("out", "sbuf", out_tiles * mt * itemsize(plan.out.dtype), out_bufs, spare=spare),
                  PoolSpec("stat", "sbuf", 0 if stat0.in_sbuf else kt * pmax * csz * (stat_group if kt == nk else 1),
                           stat_n, source=stat0.stages, prefetch=whole and single_row and not stat0.in_sbuf)]
         specs += stat0.specs(pmax, most) + loader.specs(pmax, mt, len(f_tiles), 32 * 1024)
@@ -307,6 +179,8 @@ def _dot_kernel(builder: ProgramBuilder, plan: DotPlan) -> None:
     resident = nk * F * csz <= opts.moving_resident_bytes and builder.alloc.fits(specs)
     while not resident:  # streamed: fewer moving tiles, then fewer stationary blocks, until the pools fit
         specs, blocks, group, first = pool_specs(False, caps)
+        if not builder.alloc.fits(specs):  # without the staged stores first (their SBUF is spare, above)
+            specs, blocks, group, first = pool_specs(False, caps, stage=False)
         if builder.alloc.fits(specs) or caps == (1, 1):
             break
         caps = (caps[0], caps[1] - 1) if caps[1] > 1 else (caps[0] - 1, 1)
