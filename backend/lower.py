@@ -477,7 +477,7 @@ KERNELS: dict[str, Handler] = {
     "reduce": _reduce,
     "concatenate": _concatenate,
     "pad": _pad,
-    "convolution": anchored(plan_conv, conv_kernel),
+    "convolution": anchored(plan_conv, conv_kernel, materializes=True),
     "reduce-window": anchored(plan_window, window_kernel),
     "gather": rows_or(anchored(plan_gather, gather_kernel)),  # several indexed dims: rows by indirect DMA
     **INDIRECT_HANDLERS,  # dynamic-slice, dynamic-update-slice, scatter: rows by indirect DMA
@@ -491,7 +491,7 @@ FUSION_KINDS: dict[str, FusionHandler] = {
 # a fusion containing this opcode is lowered by the handler (checked in this order)
 FUSION_ANCHORS: dict[str, FusionHandler] = {
     "dot": anchored_fusion("dot", plan_dot, dot_kernel, materializes=True),
-    "convolution": anchored_fusion("convolution", plan_conv, conv_kernel),
+    "convolution": anchored_fusion("convolution", plan_conv, conv_kernel, materializes=True),
     "reduce-window": anchored_fusion("reduce-window", plan_window, window_kernel),
     "gather": anchored_fusion("gather", plan_gather, gather_kernel),
 }

@@ -29,6 +29,7 @@ channel tile x groups of blocks sharing every load_stationary x (input-channel t
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from backend.alloc import Pool, PoolSpec, Tile
@@ -50,6 +51,7 @@ from isa.program import AccessPattern
 
 X_BUDGET = 96 * 1024  # bytes per partition for the input band tiles (all buffers)
 W_BUDGET = 64 * 1024  # bytes per partition under which all weights stay resident
+STEM_CHANNELS = 16  # input channels up to which a pending cast is applied once, before the folded loads
 
 
 @dataclass
@@ -78,8 +80,11 @@ class ConvPlan:
         return self.x.dims[0] * o * self.rows.out * self.cols.out * i * kh * kw
 
 
-def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node) -> ConvPlan:
-    """Normalize an HLO convolution (any dim_labels) and the views of its epilogue."""
+def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, epilogue: Node,
+              materialize: Callable[[View], View] | None = None) -> ConvPlan:
+    """Normalize an HLO convolution (any dim_labels) and the views of its epilogue. An image of a few
+    channels (a stem) still to be converted is converted once by `materialize` (copied dense): its taps are
+    folded into shifted copies, each one more load, which then move the narrow type and need no cast each."""
     where = inst.where()
     try:
         d = conv_dims(inst.attrs)
@@ -96,6 +101,9 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
         raise CompilationError(f"{where}: base dilation (lhs_dilate, a transposed convolution) is not "
                                "supported by the backend")
     leaves = view_leaves(epilogue, where)
+    stem = lhs.dims[d.lhs_feature] <= STEM_CHANNELS and any(w.size > 1 for w in window.dims)
+    if materialize is not None and stem and lhs.cast is not None and not lhs.is_const:
+        lhs = materialize(lhs)
     x = lhs.transpose((d.lhs_batch, d.lhs_feature, *d.lhs_spatial))
     w = rhs.transpose((d.rhs_output, d.rhs_input, *d.rhs_spatial))
     perm = (d.out_batch, d.out_feature, *d.out_spatial)
@@ -235,7 +243,8 @@ class _ConvKernel:
         read = len({(jh * fh * rows.dilation) % rows.stride for jh in range(-(-kh // fh))}) / rows.stride
         nbytes = self.B * cn * self.H * self.W * itemsize(self.x.stored_dtype) * fh * fw * read * (1 + overhead / run)
         out = plan.out.dtype
-        nbytes += pixels * co_tiles * self.parts * itemsize(out) * (1 + overhead / (self.limit * itemsize(out)))
+        stores = pixels * min(co_tiles * self.parts, plan.w.dims[0]) * itemsize(out)  # the channels there are
+        nbytes += stores * (1 + overhead / (self.limit * itemsize(out)))
         dma_ns = nbytes / min(dma["queues"] * dma["queue_bytes_per_ns"], data["hbm"]["bytes_per_ns"])
         return max(pe_ns, dma_ns)
 

@@ -122,8 +122,8 @@ def test_weights_as_parameter(groups, dtype):
 
 
 def test_auto_cast_operands():
-    """f32 input and weights converted to bf16 (auto-cast): the input is cast on chip after its load, the
-    constant weight at compile time."""
+    """f32 input and weights converted to bf16 (auto-cast): the input (6 channels: a stem) is converted once
+    before the conv's folded loads, the constant weight at compile time."""
     text = """HloModule m
 ENTRY %main (x: f32[2,6,9,9]) -> f32[2,10,9,9] {
   %x = f32[2,6,9,9] parameter(0)
@@ -137,6 +137,32 @@ ENTRY %main (x: f32[2,6,9,9]) -> f32[2,10,9,9] {
     (out,), _ = run_hlo(text, [x], {"w": w})
     expected = torch_conv(x.astype(BF16), w.astype(BF16), 1, 1)
     np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3)
+
+
+STEM = """HloModule m
+ENTRY %main (x: f32[1,C,32,32]) -> f32[1,16,16,16] {
+  %x = f32[1,C,32,32] parameter(0)
+  %xc = bf16[1,C,32,32] convert(%x)
+  %w = bf16[16,C,7,7] constant({...}), data="w"
+  ROOT %y = f32[1,16,16,16] convolution(%xc, %w), window={size=7x7 stride=2x2 pad=3_3x3_3}, dim_labels=bf01_oi01->bf01
+}
+"""
+
+
+@pytest.mark.parametrize("channels,converted_once", [(3, True), (32, False)])
+def test_stem_input_converted_once(channels, converted_once):
+    """An image of few channels read through a convert: its folded copies load the converted bf16 tensor
+    (one conversion, half the bytes per copy) instead of each casting the f32 input after its load; wider
+    inputs keep the cast on chip."""
+    x, w = rand(1, channels, 32, 32, seed=3), rand(16, channels, 7, 7, seed=4).astype(BF16)
+    (out,), result = run_hlo(STEM.replace("C", str(channels)), [x], {"w": w})
+    expected = torch_conv(x.astype(BF16), w, 2, 3)
+    np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3)
+    insts = result.program.instructions
+    input_bytes = sum(i.operands["src"].nbytes for i in insts if i.opcode == "dma" and i.operands["src"].tensor == "in0")
+    if converted_once:  # read once, to convert it (the 3-channel stem folds its taps into 21 or more copies)
+        assert input_bytes == x.nbytes
+    assert any(".copy" in i.comment for i in insts) == converted_once
 
 
 def test_nhwc_labels_reversal_and_bf16_output():
