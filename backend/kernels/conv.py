@@ -101,7 +101,8 @@ def plan_conv(inst: HloInstruction, name: str, lhs: View, rhs: View, out: View, 
         raise CompilationError(f"{where}: base dilation (lhs_dilate, a transposed convolution) is not "
                                "supported by the backend")
     leaves = view_leaves(epilogue, where)
-    stem = lhs.dims[d.lhs_feature] <= STEM_CHANNELS and any(w.size > 1 for w in window.dims)
+    # (windows that overlap: a patch embedding, stride = size, reads each input element once anyway)
+    stem = lhs.dims[d.lhs_feature] <= STEM_CHANNELS and any(w.stride < w.size for w in window.dims)
     if materialize is not None and stem and lhs.cast is not None and not lhs.is_const:
         lhs = materialize(lhs)
     x = lhs.transpose((d.lhs_batch, d.lhs_feature, *d.lhs_spatial))
