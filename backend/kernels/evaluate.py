@@ -27,29 +27,12 @@ import numpy as np
 
 from backend.alloc import Pool, PoolSpec, Tile
 from backend.kernels import integer
-from backend.kernels.expr import ACT_FUNCS, FOLD, KEY_DTYPES, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
+from backend.kernels.evaluate_chains import FusedChains, Operand, PVec, Scalar, Tensor
+from backend.kernels.expr import FOLD, KEY_DTYPES, REDUCE_OPS, SWAPPED, Node, iota_form, walk, where_of
 from hlo.errors import CompilationError
 from isa.dtypes import WIDE_INTEGERS
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
-
-
-@dataclass(frozen=True)
-class Tensor:
-    ap: AccessPattern
-
-
-@dataclass(frozen=True)
-class PVec:
-    ap: AccessPattern
-
-
-@dataclass(frozen=True)
-class Scalar:
-    value: float | int  # an int for integer immediates (exact beyond 2^53)
-
-
-Operand = Tensor | PVec | Scalar
 
 
 @dataclass(frozen=True)
@@ -107,7 +90,7 @@ class _Null:
         return lambda *args, **kwargs: None
 
 
-class TileEvaluator:
+class TileEvaluator(FusedChains):
     """Evaluates expression nodes for one tile; `leaves` maps leaf nodes (by id) to loaded operands,
     `acc` is the accumulator's PSUM pattern, `preset` gives operands of nodes computed elsewhere."""
 
@@ -220,8 +203,11 @@ class TileEvaluator:
             result = self._eval_narrowed(node, dst)
         else:
             act = None if op == "iota" or op in REDUCE_OPS or integer.is_int_node(node) else self._match_act(node)
+            pair = self._match_pair(node) if act is None or not act[4] else None
             operands = list(node.inputs)
-            if act is not None:
+            if pair is not None:
+                act, operands = None, [pair[0], pair[2], pair[4]]
+            elif act is not None:
                 src, _, scale, bias, _ = act
                 operands = [src] + [n for n in (scale, bias and bias[0]) if isinstance(n, Node)]
             for n in operands:  # operands first: the output tile is taken when they are done
@@ -237,6 +223,8 @@ class TileEvaluator:
                 self._reduce(node, out)
             elif act is not None:
                 self._emit_act(node, out, *act)
+            elif pair is not None:
+                self._emit_pair(node, out, *pair)
             else:
                 self._lower(node, out)
             self._release_extra(mark)
@@ -298,87 +286,6 @@ class TileEvaluator:
                 b.tensor_scalar(dst, dst, "add", 0.0, f"{self.label} expand vector", scalar_vec=operand.ap)
         else:
             b.copy(dst, operand.ap, f"{self.label} copy")
-
-    # -- ACT chains -----------------------------------------------------------------------------------------
-    def _absorbable(self, node: Node) -> bool:
-        return (self._uses.get(id(node), 0) == 1 and id(node) not in self._memo
-                and node.op not in ("leaf", "acc", "scalar", "iota") and node.op not in REDUCE_OPS)
-
-    def _match_act(self, node: Node):
-        """(src, func, scale, (bias, negated) | None, absorbed) for one ACT instruction computing `node`,
-        or None. `scale` is an immediate or a vector node."""
-        func, cur, absorbed = "identity", node, set()
-        if node.op in ACT_FUNCS:
-            func, cur = node.op, node.inputs[0]
-            if not self._absorbable(cur):
-                return cur, func, None, None, frozenset()
-        elif node.op == "multiply" and node.inputs[0] is node.inputs[1] and self._kind[id(node)] == "T":
-            return node.inputs[0], "square", None, None, frozenset()
-        bias = None
-        if cur.op in ("add", "subtract"):
-            pairs = ((0, 1), (1, 0)) if cur.op == "add" else ((0, 1),)
-            for i, j in pairs:
-                if self._kind[id(cur.inputs[j])] in ("V", "S") and self._kind[id(cur.inputs[i])] != "S":
-                    if cur is not node:
-                        absorbed.add(id(cur))
-                    bias, cur = (cur.inputs[j], cur.op == "subtract"), cur.inputs[i]
-                    break
-        scale: Node | float | None = None
-        if cur.op in ("multiply", "divide", "negate") and (cur is node or self._absorbable(cur)):
-            found: tuple[Node | float, Node] | None = None
-            if cur.op == "negate":
-                found = (-1.0, cur.inputs[0])
-            else:
-                pairs = ((0, 1), (1, 0)) if cur.op == "multiply" else ((0, 1),)
-                for i, j in pairs:
-                    other, k = cur.inputs[j], self._kind[id(cur.inputs[j])]
-                    if k == "S" and (cur.op == "multiply" or self._fold(other) != 0):
-                        value = self._fold(other)
-                        found = (value if cur.op == "multiply" else 1.0 / value, cur.inputs[i])
-                    elif k == "V" and cur.op == "multiply" and self._kind[id(cur.inputs[i])] != "S":
-                        found = (other, cur.inputs[i])
-                    if found:
-                        break
-            if found is not None:
-                if cur is not node:
-                    absorbed.add(id(cur))
-                scale, cur = found
-        useful = (func != "identity" or isinstance(scale, Node) or (scale is not None and bias is not None)
-                  or (scale is not None and cur.op == "acc"))
-        if not useful or self._kind[id(cur)] == "S":
-            return None
-        return cur, func, scale, bias, frozenset(absorbed)
-
-    def _emit_act(self, node: Node, out: AccessPattern, src: Node, func: str, scale, bias, absorbed) -> None:
-        b, kind = self.b, self._kind[id(node)]
-        src_ap, bias_ap = self._array(src, kind), None
-        if bias is not None and self._kind[id(bias[0])] == "S":  # an immediate: a [P, 1] vector of it
-            bias_ap, value = self._scratch("V"), float(self._fold(bias[0])) * (-1.0 if bias[1] else 1.0)
-            b.emit(b.pick_engine(("dve", "pool")), "memset", f"{self.label} bias", {"value": value}, dst=bias_ap)
-        elif bias is not None:
-            bias_ap = self._eval(bias[0]).ap  # type: ignore[union-attr]
-            if bias[1]:
-                bias_ap, plain = self._scratch("V"), bias_ap
-                b.tensor_scalar(bias_ap, plain, "multiply", -1.0, f"{self.label} negate bias")
-        scale_vec = self._eval(scale).ap if isinstance(scale, Node) else None  # type: ignore[union-attr]
-        imm = float(scale) if isinstance(scale, float | int) else 1.0
-        reducer = self._pending_sum(node)
-        acc_ap = self._new(reducer, "V") if reducer is not None else None
-        b.activation(out, src_ap, func, bias=bias_ap, scale=imm, scale_vec=scale_vec, acc=acc_ap,
-                     comment=f"{self.label} {node.op if func == 'identity' else func}")
-        self._consume(node, absorbed)
-        if reducer is not None:
-            self._memo[id(reducer)] = PVec(acc_ap)  # type: ignore[arg-type]
-            self._consume(reducer)
-
-    def _pending_sum(self, node: Node) -> Node | None:
-        """An unevaluated reduce_add of this full-tile node: ACT accumulates it in the same instruction."""
-        if self._kind[id(node)] != "T":
-            return None
-        for user in self._users.get(id(node), []):
-            if user.op == "reduce_add" and id(user) not in self._memo:
-                return user
-        return None
 
     # -- other nodes ----------------------------------------------------------------------------------------
     def _lower(self, node: Node, out: AccessPattern) -> None:
