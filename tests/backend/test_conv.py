@@ -256,3 +256,46 @@ ENTRY %main (x: f32[{batch},4,9,9]) -> {out} {{
 """
     with pytest.raises(CompilationError, match=rf"%bad \(convolution\).*{message}"):
         run_hlo(text, [rand(batch, 4, 9, 9)], {"w": rand(4, 4, 3, 3)})
+
+
+def test_batch_norm_epilogue_is_one_tensor_scalar():
+    """(conv - mean) * scale + residual, relu (a ResNet bottleneck's end): the subtract and the multiply by
+    per-channel vectors are one tensor_scalar reading PSUM (op, op1), not a DVE subtract then an ACT multiply."""
+    text = """HloModule m
+
+%fused (x: f32[1,16,10,10], w: f32[32,16,1,1], m: f32[32], s: f32[32], r: f32[1,32,10,10]) -> f32[1,32,10,10] {
+  %x = f32[1,16,10,10] parameter(0)
+  %w = f32[32,16,1,1] parameter(1)
+  %m = f32[32] parameter(2)
+  %s = f32[32] parameter(3)
+  %r = f32[1,32,10,10] parameter(4)
+  %c = f32[1,32,10,10] convolution(%x, %w), window={size=1x1}, dim_labels=bf01_oi01->bf01
+  %mb = f32[1,32,10,10] broadcast(%m), dimensions={1}
+  %sub = f32[1,32,10,10] subtract(%c, %mb)
+  %sb = f32[1,32,10,10] broadcast(%s), dimensions={1}
+  %mul = f32[1,32,10,10] multiply(%sub, %sb)
+  %add = f32[1,32,10,10] add(%mul, %r)
+  %zero = f32[] constant(0)
+  %zeros = f32[1,32,10,10] broadcast(%zero), dimensions={}
+  ROOT %relu = f32[1,32,10,10] maximum(%add, %zeros)
+}
+
+ENTRY %main (x: f32[1,16,10,10], w: f32[32,16,1,1], m: f32[32], s: f32[32], r: f32[1,32,10,10]) -> f32[1,32,10,10] {
+  %px = f32[1,16,10,10] parameter(0)
+  %pw = f32[32,16,1,1] parameter(1)
+  %pm = f32[32] parameter(2)
+  %ps = f32[32] parameter(3)
+  %pr = f32[1,32,10,10] parameter(4)
+  ROOT %f = f32[1,32,10,10] fusion(%px, %pw, %pm, %ps, %pr), kind=kOutput, calls=%fused
+}
+"""
+    x, w, r = rand(1, 16, 10, 10, seed=1), rand(32, 16, 1, 1, seed=2), rand(1, 32, 10, 10, seed=3)
+    mean, scale = rand(32, seed=4), rand(32, seed=5)
+    (out,), result = run_hlo(text, [x, w, mean, scale, r])
+    conv = torch_conv(x, w)
+    expected = np.maximum((conv - mean[:, None, None]) * scale[:, None, None] + r, 0)
+    np.testing.assert_allclose(out, expected, **TOL["f32"])
+    insts = [i for i in result.program.instructions if i.origin == "f"]
+    pairs = [i for i in insts if i.opcode == "tensor_scalar" and i.attrs.get("op1") == "multiply"]
+    assert pairs and all(i.attrs["op"] == "subtract" and i.operands["src"].memory == "psum" for i in pairs)
+    assert not [i for i in insts if i.opcode == "activation" and i.comment.endswith("multiply")]
