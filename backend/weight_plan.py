@@ -13,6 +13,14 @@ kernel before it: consecutive kernels' blocks alternate between two places). Dur
 allocator keeps every other pool out of the region, so the weights' loads wait for nothing after `first`
 starts and run as far ahead as the DMA queues allow.
 
+The plan is made only when the survey's estimates say the SBUF, not the DMA queues, holds the weights back
+(queue_bound): in a queue-bound program (ResNet-50) loading weights earlier only puts them ahead of transfers
+needed sooner (308.1 -> 322.1 us with the plan). ConvNeXt (trn1, matmult): 582.4 -> 561.5 us. MAX_LEAD was
+measured on ConvNeXt: 32 kernels 573.5 us, 48 561.5, 64 567.2, 96 578.0 (the packing is greedy, so the
+regions reserved longer ahead crowd out later ones); also measured and not kept: no room left for the previous
+kernel's block (572.0), leads sized to each load's time at the queues' pace (574-593), only regions of at least
+16 or 24 KiB (585).
+
 The plan only moves addresses: reuse of an address stays safe by the scheduler's dependency analysis, and a
 kernel whose pools differ from the survey's (or do not fit beside the reservations) is placed as before.
 """
@@ -68,12 +76,6 @@ def _gaps(busy: list[tuple[int, int]], top: int) -> list[tuple[int, int]]:
     return [(lo, hi) for lo, hi in gaps if hi > lo]
 
 
-def _largest(busy: list[tuple[int, int]], top: int) -> tuple[int, int]:
-    """(largest gap, total free bytes) below `top`."""
-    gaps = _gaps(busy, top)
-    return max((hi - lo for lo, hi in gaps), default=0), sum(hi - lo for lo, hi in gaps)
-
-
 def plan_top(sbuf_bytes: int, persistent_top: int) -> int:
     """The top of the SBUF that pools may use in the final lowering: below the persistent buffers the survey
     took and the room kept for them (PERSISTENT_GUARD)."""
@@ -122,13 +124,20 @@ class _Packer:
         self.rest = [s.rest - sum(n for t, n in s.staged if t in chosen) for s in shapes]
         self.busy = [[(i.offset, i.offset + i.nbytes) for i in images if i.live(k)] for k in range(len(shapes))]
         self.reserved = [False] * len(shapes)
+        self._free: dict[int, list[tuple[int, int]]] = {}  # kernel -> its gaps (dropped when busy changes)
 
     def need(self, j: int) -> int:
         return self.rest[j] + (0 if self.reserved[j] else self.shapes[j].ahead)
 
     def fits(self, j: int, extra: tuple[int, int], own: bool) -> bool:
         """Kernel j still finds a block for its pools (and room for the previous kernel's) beside `extra`."""
-        largest, total = _largest(self.busy[j] + [extra], self.top)
+        if j not in self._free:
+            self._free[j] = _gaps(self.busy[j], self.top)
+        lo, hi = extra  # inside one gap: free over the region's whole interval, j's included
+        largest, total = 0, -(hi - lo)
+        for g0, g1 in self._free[j]:
+            total += g1 - g0
+            largest = max(largest, lo - g0, g1 - hi) if g0 <= lo and hi <= g1 else max(largest, g1 - g0)
         if own:  # the reservation is j's own: only the rest of its pools go elsewhere
             return largest >= self.rest[j]
         return largest >= self.need(j) and total >= self.need(j) + (self.rest[j - 1] if j else 0)
@@ -137,10 +146,10 @@ class _Packer:
         """(first, offset) of the region for kernel k's `size` bytes kept free from the earliest kernel it can
         be (the highest offset that allows that: kernels' blocks go low), or None."""
         found = None
-        union: list[tuple[int, int]] = []
+        union: set[tuple[int, int]] = set()
         memo: dict[tuple[int, int], bool] = {}
         for s in range(k, lowest - 1, -1):
-            union += self.busy[s]
+            union.update(self.busy[s])
             feasible = []
             for lo, hi in _gaps(union, self.top):
                 for o in {(hi - size) // ALIGN * ALIGN, -(-lo // ALIGN) * ALIGN}:
@@ -171,4 +180,5 @@ class _Packer:
             self.reserved[k] = True
             for j in range(first, k + 1):
                 self.busy[j].append((offset, offset + size))
+                self._free.pop(j, None)
         return plan
