@@ -19,7 +19,7 @@ needed sooner (308.1 -> 322.1 us with the plan). ConvNeXt (trn1, matmult): 582.4
 measured on ConvNeXt: 32 kernels 573.5 us, 48 561.5, 64 567.2, 96 578.0 (the packing is greedy, so the
 regions reserved longer ahead crowd out later ones); also measured and not kept: no room left for the previous
 kernel's block (572.0), leads sized to each load's time at the queues' pace (574-593), only regions of at least
-16 or 24 KiB (585).
+16 or 24 KiB (585), the lowest feasible offset (566.4) or the smallest gap (568.9) instead of the highest.
 
 The plan only moves addresses: reuse of an address stays safe by the scheduler's dependency analysis, and a
 kernel whose pools differ from the survey's (or do not fit beside the reservations) is placed as before.
