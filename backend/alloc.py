@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from backend.residency import Image, ResidencyMismatch
+from backend.weight_plan import PERSISTENT_GUARD, KernelShape, Reservation
 from hlo.errors import CompilationError
 from isa.dtypes import dtype as isa_dtype
 from isa.program import AccessPattern
 from isa.target import Target
 
 ALIGN = 64  # bytes; pool bases are aligned to this within a partition
-PERSISTENT_GUARD = 8 * 1024  # pools placed apart keep off the top of SBUF: persistent buffers taken later go there
 BLOCK_AVOID = 1  # a kernel's (not prefetched) pools avoid the SBUF of the last BLOCK_AVOID kernels when they can
 
 
@@ -131,6 +131,13 @@ class Allocator:
         self.pools: list[Pool] = []
         self.kernels: list[KernelRecord] = []
         self.staged: list[dict[str, int]] = []  # per kernel: bytes of pools staging each scratch tensor
+        self.shapes: list[KernelShape] = []  # per kernel: its SBUF pools, for the weights' plan (weight_plan.py)
+        self.reservations: list[Reservation] = []
+        self.load_clock: Callable[[], dict[str, float]] | None = None  # engines' estimated busy ns so far
+        self.compute_ns: list[float] = []  # per kernel: its busiest compute engine's estimated ns (load_clock)
+        self.dma_ns: list[float] = []  # per kernel: its DMAs' estimated queue time (load_clock)
+        self._load_start: dict[str, float] = {}
+        self._own: dict[int, Reservation] = {}
         self._open: list[Pool] = []
         self._kernel: str | None = None
         self._used = np.full(-(-self.sbuf_bytes // ALIGN), -1, dtype=np.int64)  # per 64 B: last kernel using it
@@ -175,9 +182,19 @@ class Allocator:
                 self._mark(image.offset, image.nbytes, index)
         sbuf_specs = [s for s in specs if s.memory == "sbuf"]
         ahead = [s for s in sbuf_specs if s.prefetch]
-        bases = self._place_apart(sbuf_specs, index) if ahead else None
-        apart_bytes = sum(_align(s.nbytes) * s.bufs for s in ahead) if bases is not None else 0
-        block, apart = bases if bases is not None else (self._place(need, index, where), None)
+        ahead_bytes = sum(_align(s.nbytes) * s.bufs for s in ahead)
+        self.shapes.append(KernelShape(ahead_bytes, need - ahead_bytes, tuple(staged.items())))
+        if self.load_clock is not None:
+            self._load_start = self.load_clock()
+        held = [r.span for r in self.reservations if r.covers(index)]  # later kernels' weights: keep out
+        bases = None
+        if ahead:  # the plan's region, else the window unused longest outside the plan's, else anywhere
+            bases = (self._place_planned(sbuf_specs, index, held) or self._place_apart(sbuf_specs, index, held)
+                     or self._place_apart(sbuf_specs, index, []))
+        apart_bytes = ahead_bytes if bases is not None else 0
+        if bases is None:
+            bases = (self._place(need, index, where, held), None)
+        block, apart = bases
         self._mark(block, need - apart_bytes, index)
         if apart is not None:
             self._mark(apart, apart_bytes, index)
@@ -262,7 +279,41 @@ class Allocator:
                     found.append((int(used[g:g + n].max()), g * ALIGN))
         return found
 
-    def _place_apart(self, specs: list[PoolSpec], index: int) -> tuple[int, int] | None:
+    def reserve(self, plan: list[Reservation]) -> None:
+        """Follow a plan of the weights' regions (weight_plan.py) made from the survey."""
+        self.reservations = list(plan)
+        self._own = {r.kernel: r for r in plan}
+
+    def _place_planned(self, specs: list[PoolSpec], index: int,
+                       held: list[tuple[int, int]]) -> tuple[int, int] | None:
+        """(block, apart) with the prefetched pools in the region the plan reserved for them, or None when
+        there is none, its size differs from the survey's, or the rest of the pools do not fit beside it."""
+        own = self._own.get(index)
+        ahead = sum(_align(s.nbytes) * s.bufs for s in specs if s.prefetch)
+        rest = sum(_align(s.nbytes) * s.bufs for s in specs if not s.prefetch)
+        if own is None or own.nbytes != ahead:
+            return None
+        lo, hi = own.span
+        if any(i.offset < hi and lo < i.offset + i.nbytes for i in self.images if i.live(index)):
+            return None
+        if hi > min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD):
+            return None
+        if not rest:
+            return hi, lo
+        block = self._block(rest, index, held + [own.span])
+        return None if block is None else (block, lo)
+
+    def _block(self, rest: int, index: int, busy: list[tuple[int, int]]) -> int | None:
+        """Where a kernel's pools that are not prefetched go: where SBUF was used most recently but not by
+        the last BLOCK_AVOID kernels, else where it was used longest ago (see _place_apart)."""
+        windows = self._windows(rest, self._free(index, busy))
+        if not windows:
+            return None
+        old = [w for w in windows if w[0] < index - BLOCK_AVOID]
+        return (max(old, key=lambda w: (w[0], -w[1])) if old else min(windows))[1]
+
+    def _place_apart(self, specs: list[PoolSpec], index: int,
+                     held: list[tuple[int, int]]) -> tuple[int, int] | None:
         """(block, apart): offsets of a kernel's pools placed in two parts, or None when they do not fit so.
         The prefetched pools (weights loaded once at the kernel's start) go where SBUF was used longest
         ago, so their loads wait only for kernels long done and run that far ahead; the other pools go
@@ -272,23 +323,23 @@ class Allocator:
         places, leaves less room for weights, 346 us; reusing the last kernel's, 373 us; two, 329 us)."""
         ahead = sum(_align(s.nbytes) * s.bufs for s in specs if s.prefetch)
         rest = sum(_align(s.nbytes) * s.bufs for s in specs if not s.prefetch)
-        windows = self._windows(ahead, self._free(index, []))
+        windows = self._windows(ahead, self._free(index, held))
         if not windows:
             return None
         _, apart = min(windows, key=lambda w: (w[0], -w[1]))
         if not rest:
             return apart + ahead, apart
-        windows = self._windows(rest, self._free(index, [(apart, apart + ahead)]))
-        if not windows:
-            return None
-        old = [w for w in windows if w[0] < index - BLOCK_AVOID]
-        _, block = max(old, key=lambda w: (w[0], -w[1])) if old else min(windows)
-        return block, apart
+        block = self._block(rest, index, held + [(apart, apart + ahead)])
+        return None if block is None else (block, apart)
 
-    def _place(self, need: int, index: int, where: str) -> int:
-        """Next fit of `need` bytes in the space live images leave in [0, persistent_top)."""
-        gaps = self._free(index, [], guard=False) or [(0, 0)]
+    def _place(self, need: int, index: int, where: str, held: list[tuple[int, int]] | None = None) -> int:
+        """Next fit of `need` bytes in the space live images leave in [0, persistent_top), outside the regions
+        `held` for later kernels' weights when it fits so."""
+        gaps = self._free(index, held or [], guard=False) or [(0, 0)]
         fitting = [(lo, hi) for lo, hi in gaps if hi - lo >= need]
+        if not fitting and held:
+            gaps = self._free(index, [], guard=False) or [(0, 0)]
+            fitting = [(lo, hi) for lo, hi in gaps if hi - lo >= need]
         live = [i for i in self.images if i.live(index)]
         if not fitting and live:  # the residency plan assumed less: keep the largest of them in HBM
             raise ResidencyMismatch(max(live, key=lambda i: i.nbytes).tensor)
@@ -312,6 +363,12 @@ class Allocator:
                 for b in range(first, first + pool.bufs):
                     self._bank_used[b] = max(pool.last_use, pool.first_op)
         self.kernels[-1].last_op = end
+        if self.load_clock is not None:
+            load = self.load_clock()
+            spent = {e: load[e] - self._load_start.get(e, 0.0) for e in load}
+            self.dma_ns.append(spent.pop("dma", 0.0))
+            spent.pop("sp", None)
+            self.compute_ns.append(max(spent.values(), default=0.0))
         self._open = []
         self._kernel = None
 
@@ -371,6 +428,11 @@ class Allocator:
         for p in self.pools:
             lines.append(f"{p.kernel:<30} {p.name:<16} {p.memory:<5} {p.offset:>7} {p.buf_bytes:>7} "
                          f"{p.bufs:>4} {p.nbytes:>7}  [{p.first_op}, {p.last_op}]")
+        if self.reservations:
+            lines += ["", "== weights' regions planned over the program (weight_plan.py): kept free for the "
+                      "kernel's prefetched pools from the start of kernel `from`"]
+            lines += [f"k{r.kernel:<5} from k{r.first:<5} offset {r.offset:>7} size {r.nbytes:>7}"
+                      for r in self.reservations]
         if layout:
             lines += ["", "== layout (which axis is on the partitions; transposes inserted)"] + layout
         peak = self.peak_sbuf_bytes()

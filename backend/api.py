@@ -18,6 +18,7 @@ from backend.registry import plan_memory
 from backend.report import memory_plan
 from backend.residency import Image, ResidencyMismatch, Survey
 from backend.schedule import schedule
+from backend.weight_plan import Reservation, plan_top, plan_weights, queue_bound
 from hlo.errors import CompilationError
 from hlo.ir import Module
 from isa.program import Program
@@ -71,6 +72,7 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
         target = load_target(target)
     options = options or BackendOptions()
     timer = timer or _Untimed()
+    n_queues = min(options.dma_queues, target.data["dma"]["queues"])
     memo: dict = {}  # what both lowerings derive from the same constants
     if options.keep_on_chip:
         survey = Survey()
@@ -86,9 +88,10 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
             with timer.phase("residency planning"):
                 images = plan_memory(options.memory_planner, survey, tensors, first.alloc.sbuf_bytes,
                                      target.partitions, excluded)
+                weights = _plan_weights(first, survey, images, target, n_queues)
             try:
                 with timer.phase("lowering"):
-                    builder = _lower(module, target, options, images=images, const_memo=memo)
+                    builder = _lower(module, target, options, images=images, const_memo=memo, weights=weights)
                 break
             except ResidencyMismatch as mismatch:
                 excluded |= {mismatch.tensor}
@@ -102,7 +105,6 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
     with timer.phase("allocation"):
         builder.alloc.finish(len(ops))
     untracked = {n for n, t in program.tensors.items() if t.kind in ("input", "const")}
-    n_queues = min(options.dma_queues, target.data["dma"]["queues"])
     with timer.phase("scheduling"):
         control = getattr(builder, "control", None)
         if control is not None and control.structured:  # while/conditional on the ISA's control flow
@@ -120,9 +122,27 @@ def _compile_module(module: Module, target: Target | str, *, options: BackendOpt
     return BackendResult(program, plan, result.text, tiling + "".join(f"{t}\n" for t in builder.tiling))
 
 
+def _plan_weights(first: ProgramBuilder, survey: Survey, images: list[Image], target: Target,
+                  n_queues: int) -> list[Reservation]:
+    """weight_plan's plan from the survey, unless its estimates say the DMA queues hold the weights back
+    (queue_bound: per kernel, its busiest engine and its DMAs' queue time less the transfers of the tensors
+    the images keep on chip; a weight byte per partition moves on every partition)."""
+    alloc = first.alloc
+    dma_ns = list(alloc.dma_ns)
+    for image in images:
+        for access in survey.accesses.get(image.tensor, ()):
+            dma_ns[access.kernel] -= access.ap.nbytes / first.costs.queue_rate
+    if queue_bound(alloc.shapes, alloc.compute_ns, dma_ns, n_queues, target.partitions / first.costs.queue_rate):
+        return []
+    return plan_weights(alloc.shapes, images, plan_top(alloc.sbuf_bytes, alloc.persistent_top))
+
+
 def _lower(module: Module, target: Target, options: BackendOptions, images: list[Image] | None = None,
-           survey: Survey | None = None, const_memo: dict | None = None) -> ProgramBuilder:
+           survey: Survey | None = None, const_memo: dict | None = None,
+           weights: list[Reservation] | None = None) -> ProgramBuilder:
     builder = ProgramBuilder(target, options, images=images, survey=survey)
+    if weights:
+        builder.alloc.reserve(weights)
     if const_memo is not None:
         builder.const_memo = const_memo
     Lowering(module, builder).run()

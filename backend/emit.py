@@ -47,7 +47,8 @@ class ProgramBuilder:
         self.hbm_traffic: dict[int, list[int]] = {}  # kernel index -> [bytes read, bytes written]
         self.layout_notes: list[str] = []
         self.costs = CostModel(target)
-        self.engine_load: dict[str, float] = {e: 0.0 for e in ("pe", "act", "dve", "pool", "sp")}
+        self.engine_load: dict[str, float] = {e: 0.0 for e in ("pe", "act", "dve", "pool", "sp", "dma")}
+        self.alloc.load_clock = lambda: dict(self.engine_load)  # per kernel, for the weights' plan
         self._n_const = 0
         self.const_memo: dict = {}  # arrays derived from constants (TiledConst layouts), shared by both lowerings
         self._n_scratch = 0
@@ -125,6 +126,8 @@ class ProgramBuilder:
         self.ops.append(inst)
         if engine != "sp":
             self.engine_load[engine] += self.costs.duration(inst)
+        elif opcode in DMA_OPCODES:
+            self.engine_load["dma"] += self.costs.transfer_ns(inst)
         return inst
 
     def _route(self, inst: Instruction) -> None:
