@@ -62,6 +62,7 @@ class Transfer:
     remaining: float
     hbm: bool
     rate: float = 0.0
+    limit: float = EPS_BYTES  # done when remaining <= limit: EPS_BYTES * max(1, rate), set with the rate
 
 
 @dataclass
@@ -284,10 +285,17 @@ class Scheduler:
         share = self.hbm_rate / n_hbm if n_hbm else queue_rate
         hbm_rate = queue_rate if queue_rate < share else share  # min(queue_rate, share)
         soonest = math.inf
+        hbm_limit = EPS_BYTES * (hbm_rate if hbm_rate > 1.0 else 1.0)
+        queue_limit = EPS_BYTES * (queue_rate if queue_rate > 1.0 else 1.0)
         for transfer in self.active:
             if advance:
                 transfer.remaining -= transfer.rate * elapsed
-            rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
+            if transfer.hbm:
+                rate = transfer.rate = hbm_rate
+                transfer.limit = hbm_limit
+            else:
+                rate = transfer.rate = queue_rate
+                transfer.limit = queue_limit
             left = transfer.remaining / rate
             if left < soonest:
                 soonest = left
@@ -302,10 +310,10 @@ class Scheduler:
         active = self.active
         finished = []
         soonest = math.inf  # the next completion among the others, at their rates now
-        for t in active:  # done: within EPS_BYTES * max(1, rate) of its end
+        for t in active:  # done: within EPS_BYTES * max(1, rate) of its end (t.limit)
             rate = t.rate
             remaining = t.remaining = t.remaining - rate * elapsed
-            if remaining <= EPS_BYTES * (rate if rate > 1.0 else 1.0):
+            if remaining <= t.limit:
                 finished.append(t)
             else:
                 left = remaining / rate
@@ -339,6 +347,7 @@ class Scheduler:
         for index in range(started, len(active)):
             transfer = active[index]
             rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
+            transfer.limit = EPS_BYTES * (rate if rate > 1.0 else 1.0)
             left = transfer.remaining / rate
             if left < soonest:
                 soonest = left
