@@ -42,7 +42,9 @@ class EngineState:
     ACT's per-partition fp32 accumulator registers (zero at start)."""
 
     def __init__(self, partitions: int) -> None:
-        self.stationary_t = np.zeros((0, 0), dtype=F32)  # the stationary tile transposed, [M, K], C-contiguous
+        self.stationary = np.zeros((0, 0), dtype=F32)  # the stationary tile, [K, M]
+        # its transpose, [M, K], C-contiguous (None until the BLAS path needs it: a diagonal tile may never)
+        self.stationary_t: np.ndarray | None = np.zeros((0, 0), dtype=F32)
         self.diagonal: DiagonalTile | None = None  # the tile when it is diagonal (isa.emulator.pe)
         self.act_acc = np.zeros((partitions, 1), dtype=F32)
         # scratch arrays by (shape, dtype), shared by the instructions that need one for the duration of
@@ -110,8 +112,10 @@ def _load_stationary(ctx: Ctx) -> Runner:
 
     def run() -> None:
         # the upcast copy first: a transposing copy straight from SBUF (rows 192 KiB apart) is 20x slower
-        stationary_t = state.stationary_t = np.ascontiguousarray(read_f32(src).T)
-        state.diagonal = diagonal_tile(stationary_t)
+        stationary = state.stationary = read_f32(src)
+        # a diagonal tile is its own transpose, and its products are elementwise: transposed only if BLAS needs it
+        diagonal = state.diagonal = diagonal_tile(stationary)
+        state.stationary_t = None if diagonal is not None else np.ascontiguousarray(stationary.T)
 
     return run
 
@@ -166,6 +170,8 @@ def _multiply_moving(ctx: Ctx) -> Runner:
 
     def _blas() -> None:
         stationary_t = state.stationary_t
+        if stationary_t is None:
+            stationary_t = state.stationary_t = np.ascontiguousarray(state.stationary.T)
         # exact upcast, fp32 products accumulated in fp32; a copy even for fp32: BLAS packs an operand whose rows
         # lie a partition (192 KiB) apart at half the speed
         moving = read_f32(src)

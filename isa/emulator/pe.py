@@ -44,18 +44,19 @@ class DiagonalTile:
         self.tiny = int(np.float32(min(bound, FLOAT_MAX)).view(np.uint32))
 
 
-def diagonal_tile(stationary_t: np.ndarray) -> DiagonalTile | None:
-    """The tile ``[M, K]`` as a ``DiagonalTile`` when it is square, diagonal (zeros elsewhere, of either sign) and
-    its diagonal is finite, else None. A few elements next to the diagonal reject a dense tile first."""
-    m, k = stationary_t.shape
+def diagonal_tile(stationary: np.ndarray) -> DiagonalTile | None:
+    """The tile (``[K, M]`` or its transpose: the answer is the same) as a ``DiagonalTile`` when it is square,
+    diagonal (zeros elsewhere, of either sign) and its diagonal is finite, else None. A few elements next to the
+    diagonal reject a dense tile first."""
+    m, k = stationary.shape
     if m != k or m < 2:
         return None
-    item = stationary_t.item
+    item = stationary.item
     for row in (0, m // 3, min((2 * m) // 3, m - 2), m - 2):
         if item(row, row + 1) or item(row + 1, row):
             return None
-    diagonal = stationary_t.diagonal()
-    if np.count_nonzero(stationary_t != 0) != np.count_nonzero(diagonal) or not np.isfinite(diagonal).all():
+    diagonal = stationary.diagonal()
+    if np.count_nonzero(stationary != 0) != np.count_nonzero(diagonal) or not np.isfinite(diagonal).all():
         return None
     return DiagonalTile(diagonal.reshape(m, 1).copy())
 

@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from isa.emulator import run_program
 from isa.emulator.kernels import BLAS_CHUNK_MACS
 from isa.emulator.pe import diagonal_product, diagonal_tile
+from tests.isa.emulator_helpers import hb, ins, program, ps, sb
 
 
 @pytest.fixture(autouse=True)
@@ -117,3 +119,41 @@ def test_dense_rectangular_and_non_finite_tiles_are_not_diagonal():
         tile = diagonal(rng, 16)
         tile[2, 2] = bad
         assert diagonal_tile(tile) is None
+
+
+def diagonal_then_dense_program(K: int = 64, N: int = 256):
+    """y = w1^T @ x1 + w0^T @ x0 accumulated in PSUM (w0 [K, K] diagonal, w1 dense), copied out by ACT."""
+    row = N * 4
+    insts = [
+        ins("sp", "dma", dst=sb(0, K, 0, [[1, N]]), src=hb("x", 0, [[N, K], [1, N]]), queue=0, signals=[0]),
+        ins("sp", "dma", dst=sb(0, K, 4096, [[1, N]]), src=hb("x", K * row, [[N, K], [1, N]]), queue=1,
+            signals=[0]),
+        ins("sp", "dma", dst=sb(0, K, 8192, [[1, K]]), src=hb("w", 0, [[K, K], [1, K]]), queue=2, signals=[0]),
+        ins("sp", "dma", dst=sb(0, K, 12288, [[1, K]]), src=hb("w", K * K * 4, [[K, K], [1, K]]), queue=3,
+            signals=[0]),
+        ins("pe", "load_stationary", src=sb(0, K, 8192, [[1, K]]), waits=[(0, 4)]),
+        ins("pe", "multiply_moving", dst=ps(0, K, 0, [[1, N]]), src=sb(0, K, 0, [[1, N]]), acc=0),
+        ins("pe", "load_stationary", src=sb(0, K, 12288, [[1, K]])),
+        ins("pe", "multiply_moving", dst=ps(0, K, 0, [[1, N]]), src=sb(0, K, 4096, [[1, N]]), acc=1, signals=[1]),
+        ins("act", "activation", dst=sb(0, K, 20480, [[1, N]]), src=ps(0, K, 0, [[1, N]]), func="identity",
+            waits=[(1, 1)], signals=[2]),
+        ins("sp", "dma", dst=hb("y", 0, [[N, K], [1, N]]), src=sb(0, K, 20480, [[1, N]]), queue=0, waits=[(2, 1)]),
+    ]
+    return program([("x", "input", "f32", (2 * K, N)), ("w", "input", "f32", (2 * K, K)),
+                    ("y", "output", "f32", (K, N))], insts)
+
+
+@pytest.mark.parametrize("moving_inf", [False, True])
+def test_emulated_diagonal_matmul_gives_the_bits_of_blas(moving_inf):
+    """Through the emulator: the diagonal tile elementwise, or (an inf in its moving tile) on BLAS with its transpose
+    made when needed; the dense tile after it on BLAS."""
+    K, N = 64, 256
+    rng = np.random.default_rng(6)
+    w0 = diagonal(rng, K)
+    w1 = rng.standard_normal((K, K)).astype(np.float32)
+    x = special_moving(rng, 2 * K, N)
+    if moving_inf:
+        x[7, 11] = np.inf
+    out = run_program(diagonal_then_dense_program(K, N), {"x": x, "w": np.concatenate([w0, w1])}).outputs["y"]
+    expected = blas(np.ascontiguousarray(w1.T), x[K:]) + blas(np.ascontiguousarray(w0.T), x[:K])
+    assert out.tobytes() == expected.tobytes()
