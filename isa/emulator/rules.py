@@ -180,8 +180,8 @@ class RuleChecker:
         return signature
 
     def _checked(self, who: _Who, inst: Instruction) -> _Checked:
-        """Check a structure not seen before, and what its instructions need: the spec, the opcode rule, the set
-        of patterns found valid for each operand (in the instruction's order; None: checked by the rule)."""
+        """Check a structure not seen before, and what its instructions need: the spec, the opcode rule, the
+        patterns found valid for each operand (in the instruction's order; None: checked by the rule)."""
         spec = self._check_structure(who, inst)
         engine, opcode = inst.engine, inst.opcode
         if engine not in spec.engines:
@@ -197,16 +197,6 @@ class RuleChecker:
     @staticmethod
     def _fail(who: str, rule: str, values: str) -> NoReturn:
         raise RuleViolation(f"{who}: {rule}: {values}")
-
-    def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
-        attrs, operands = inst.attrs, inst.operands
-        # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
-        key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
-               *map(type, attrs.values()))
-        spec = self.valid_structures.get(key)
-        if spec is None:
-            spec = self.valid_structures[key] = self._check_structure(who, inst)
-        return spec
 
     def _check_structure(self, who: str, inst: Instruction) -> OpcodeSpec:
         if inst.engine not in ENGINES:
