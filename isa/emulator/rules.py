@@ -76,8 +76,16 @@ class _Who:
 
 
 def free_size(ap: AccessPattern) -> int:
-    """Elements per partition (``AccessPattern.free_size``: computed once per pattern object)."""
-    return ap.free_size
+    """Elements per partition (``AccessPattern.free_size``, kept in the pattern as it keeps it), computed here
+    without its descriptor's two calls when not yet known: decode asks for most patterns once."""
+    cache = ap.__dict__
+    size = cache.get("free_size")
+    if size is None:
+        size = 1
+        for _, count in ap.pattern:
+            size *= count
+        cache["free_size"] = size
+    return size
 
 
 def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
@@ -92,6 +100,17 @@ def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
         lo += min(0, reach)
         hi += max(0, reach)
     return lo, hi + size
+
+
+class _Checked:
+    """What checking an instruction of an already valid structure needs (``RuleChecker.check``)."""
+
+    __slots__ = ("spec", "rule", "valid", "dma")
+
+    def __init__(self, spec: OpcodeSpec, rule: Callable, valid: tuple[dict[int, tuple] | None, ...],
+                 dma: tuple[dict[int, tuple], dict[int, tuple]] | None):
+        self.spec, self.rule, self.valid = spec, rule, valid
+        self.dma = dma  # a dma whose queue is in range: the patterns found valid as its dst and as its src
 
 
 @dataclass
@@ -110,55 +129,74 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, id(pattern)) already found valid: compiled programs repeat them a lot
-        self.valid_operands: set[tuple[str, str, str, int]] = set()
         # (engine, opcode, operand, math, the pattern but its offset) -> its bytes relative to the offset
         self.geometries: dict[tuple, tuple[int, int]] = {}
         self.tensor_bytes: dict[str | None, int] = {}
-        # structures (engine, opcode, operand names, attributes with their types) already found valid
-        self.valid_structures: dict[tuple, OpcodeSpec] = {}
+        # structures (engine, opcode, operand names, attributes with their types) already found valid -> what
+        # checking an instruction of that structure needs (``_Checked``)
+        self.valid_structures: dict[tuple, _Checked] = {}
+        # (engine, opcode, operand) -> the ids of the patterns found valid there (by identity: the program keeps
+        # its patterns alive; compiled programs repeat them a lot), each with its (dtype, partitions, free size)
+        self.valid_operands: dict[tuple[str, str, str], dict[int, tuple[str, int, int]]] = {}
         self.n_sems = target.data["semaphores"]
         self.dma_queues = target.data["dma"]["queues"]
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
-        who = _Who(index, inst)  # the instruction's name, formatted only when a message needs it
-        spec = self._structure(who, inst)
-        engine, opcode = inst.engine, inst.opcode
-        if engine not in spec.engines:
-            self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
-        n_sems = self.n_sems
-        for sem, _ in inst.waits:
-            if not 0 <= sem < n_sems:
-                self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
-        for sem in inst.signals:
-            if not 0 <= sem < n_sems:
-                self._fail(who, "semaphore id out of range", f"id {sem}, target has {n_sems}")
-        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect)
-        indirect = indirect_side(opcode, inst.attrs) if opcode == "dma_indirect" else None
-        valid = self.valid_operands
-        for name, ap in inst.operands.items():
-            if name == indirect:
-                continue
-            key = (engine, opcode, name, id(ap))  # by identity: the program keeps its patterns alive
-            if key not in valid:  # not seen before (a violation raises: the decode ends there)
-                self._placed_operand(who, inst, spec, name, ap)
-                valid.add(key)
-        OPCODE_RULES.get(opcode, _no_rule)(self, who, inst)
-        return spec
-
-    @staticmethod
-    def _fail(who: str, rule: str, values: str) -> NoReturn:
-        raise RuleViolation(f"{who}: {rule}: {values}")
-
-    def _structure(self, who: str, inst: Instruction) -> OpcodeSpec:
         attrs, operands = inst.attrs, inst.operands
         # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
         key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
                *map(type, attrs.values()))
-        spec = self.valid_structures.get(key)
-        if spec is None:
-            spec = self.valid_structures[key] = self._check_structure(who, inst)
-        return spec
+        checked = self.valid_structures.get(key)
+        if checked is None:
+            checked = self.valid_structures[key] = self._checked(_Who(index, inst), inst)
+        n_sems = self.n_sems
+        for sem, _ in inst.waits:
+            if not 0 <= sem < n_sems:
+                self._fail(_Who(index, inst), "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        for sem in inst.signals:
+            if not 0 <= sem < n_sems:
+                self._fail(_Who(index, inst), "semaphore id out of range", f"id {sem}, target has {n_sems}")
+        if checked.dma is not None:  # most of a program: the dma rule is that both sides have one signature
+            dst, src = operands["dst"], operands["src"]
+            valid_dst, valid_src = checked.dma
+            ours = valid_dst.get(id(dst)) or self._valid(index, inst, checked.spec, "dst", dst, valid_dst)
+            theirs = valid_src.get(id(src)) or self._valid(index, inst, checked.spec, "src", src, valid_src)
+            if ours != theirs:
+                RuleChecker._dma(self, _Who(index, inst), inst)  # its message
+            return checked.spec
+        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no set for it
+        for (name, ap), valid in zip(operands.items(), checked.valid):
+            if valid is not None and id(ap) not in valid:  # not seen before (a violation raises: decode ends)
+                self._valid(index, inst, checked.spec, name, ap, valid)
+        if checked.rule is not _no_rule:
+            checked.rule(self, _Who(index, inst), inst)
+        return checked.spec
+
+    def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern,
+               valid: dict[int, tuple[str, int, int]]) -> tuple[str, int, int]:
+        """Check an operand pattern not seen before in its place and remember it valid, with its signature."""
+        self._placed_operand(_Who(index, inst), inst, spec, name, ap)
+        signature = valid[id(ap)] = (ap.dtype, ap.partitions, free_size(ap))
+        return signature
+
+    def _checked(self, who: _Who, inst: Instruction) -> _Checked:
+        """Check a structure not seen before, and what its instructions need: the spec, the opcode rule, the
+        patterns found valid for each operand (in the instruction's order; None: checked by the rule)."""
+        spec = self._check_structure(who, inst)
+        engine, opcode = inst.engine, inst.opcode
+        if engine not in spec.engines:
+            self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
+        indirect = indirect_side(opcode, inst.attrs) if opcode == "dma_indirect" else None
+        valid = tuple(None if name == indirect else self.valid_operands.setdefault((engine, opcode, name), {})
+                      for name in inst.operands)
+        dma = None
+        if opcode == "dma" and 0 <= inst.attrs.get("queue", 0) < self.dma_queues:  # else _dma's message, in turn
+            dma = (self.valid_operands[engine, opcode, "dst"], self.valid_operands[engine, opcode, "src"])
+        return _Checked(spec, OPCODE_RULES.get(opcode, _no_rule), valid, dma)
+
+    @staticmethod
+    def _fail(who: str, rule: str, values: str) -> NoReturn:
+        raise RuleViolation(f"{who}: {rule}: {values}")
 
     def _check_structure(self, who: str, inst: Instruction) -> OpcodeSpec:
         if inst.engine not in ENGINES:
@@ -437,7 +475,7 @@ class RuleChecker:
             self._fail(who, "DMA queue out of range", f"queue {queue}, target has {queues}")
         if dst.dtype != src.dtype:
             self._fail(who, "DMA sides differ in dtype", f"dst {dst.dtype}, src {src.dtype}")
-        if dst.partitions != src.partitions or dst.free_size != src.free_size:
+        if dst.partitions != src.partitions or free_size(dst) != free_size(src):
             self._same_shape(who, inst, ("dst", "src"))  # its message
 
 

@@ -62,6 +62,7 @@ class Transfer:
     remaining: float
     hbm: bool
     rate: float = 0.0
+    limit: float = EPS_BYTES  # done when remaining <= limit: EPS_BYTES * max(1, rate), set with the rate
 
 
 @dataclass
@@ -284,10 +285,17 @@ class Scheduler:
         share = self.hbm_rate / n_hbm if n_hbm else queue_rate
         hbm_rate = queue_rate if queue_rate < share else share  # min(queue_rate, share)
         soonest = math.inf
+        hbm_limit = EPS_BYTES * (hbm_rate if hbm_rate > 1.0 else 1.0)
+        queue_limit = EPS_BYTES * (queue_rate if queue_rate > 1.0 else 1.0)
         for transfer in self.active:
             if advance:
                 transfer.remaining -= transfer.rate * elapsed
-            rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
+            if transfer.hbm:
+                rate = transfer.rate = hbm_rate
+                transfer.limit = hbm_limit
+            else:
+                rate = transfer.rate = queue_rate
+                transfer.limit = queue_limit
             left = transfer.remaining / rate
             if left < soonest:
                 soonest = left
@@ -301,11 +309,20 @@ class Scheduler:
         self.dma_clock = now
         active = self.active
         finished = []
-        for t in active:  # done: within EPS_BYTES * max(1, rate) of its end
+        soonest = math.inf  # the next completion among the others, at their rates now
+        for t in active:  # done: within EPS_BYTES * max(1, rate) of its end (t.limit)
             rate = t.rate
             remaining = t.remaining = t.remaining - rate * elapsed
-            if remaining <= EPS_BYTES * (rate if rate > 1.0 else 1.0):
+            if remaining <= t.limit:
                 finished.append(t)
+            else:
+                left = remaining / rate
+                if left < soonest:
+                    soonest = left
+        if not finished:  # the event of an earlier completion estimate: nothing changes but the next estimate
+            self._next_done(soonest)
+            return
+        n_hbm = self.active_hbm
         for transfer in finished:
             active.remove(transfer)  # identity (eq=False); the others keep their order
             self.active_hbm -= transfer.hbm
@@ -314,11 +331,33 @@ class Scheduler:
             self.timeline.transfer_end[op.index] = now
             self.queue_busy[op.queue] = False
             self._fire(op, f"dma.q{op.queue}", True)
+        started = len(active)
         for transfer in finished:
             queue = transfer.op.queue
             if self.fifo[queue] and not self.queue_busy[queue]:
                 self._start_transfer(queue)
-        self._reschedule()
+        if self.active_hbm != n_hbm:  # the fair share changed: every rate again
+            self._reschedule()
+            return
+        # the same count of HBM transfers: the others keep their rates (and so the ``left`` found above); only
+        # the transfers started now get theirs
+        queue_rate = self.queue_rate
+        share = self.hbm_rate / n_hbm if n_hbm else queue_rate
+        hbm_rate = queue_rate if queue_rate < share else share
+        for index in range(started, len(active)):
+            transfer = active[index]
+            rate = transfer.rate = hbm_rate if transfer.hbm else queue_rate
+            transfer.limit = EPS_BYTES * (rate if rate > 1.0 else 1.0)
+            left = transfer.remaining / rate
+            if left < soonest:
+                soonest = left
+        self._next_done(soonest)
+
+    def _next_done(self, soonest: float) -> None:
+        """The DMA_DONE event of the next completion, ``soonest`` ns from now (``_reschedule``'s last step)."""
+        self.dma_version += 1
+        if self.active:
+            self._push(self.now + (soonest if soonest > 0.0 else 0.0), DMA_DONE, self.dma_version)
 
     # end of run ------------------------------------------------------------------------------
 
