@@ -130,7 +130,8 @@ def cmd_compile(args: argparse.Namespace) -> int:
     check_writable(output, "the output .neff")
     if args.dump_dir and Path(args.dump_dir).exists() and not Path(args.dump_dir).is_dir():
         raise NeuroncError(f"--dump-dir {args.dump_dir} exists and is not a folder")
-    model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
+    with driver.collector_paused():  # the model file's imports and model: long-lived objects by the million
+        model, example_inputs, example_kwargs = load_model_file(args.model, args.entry)
     if not args.verbose and "torch" in sys.modules:  # an HLO file never loads torch
         quiet_torch()
     compile_options = options.from_arguments(args)

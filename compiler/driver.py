@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import logging
@@ -211,12 +212,21 @@ def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileO
     collector's repeated full scans of them cost GPT-2's compile about a fifth of its CPU time. For the same
     reason the collector's last full scan at interpreter exit is skipped (`_skip_exit_collection`)."""
     _skip_exit_collection()
-    paused = gc.isenabled()
+    with collector_paused():
+        return _compile_options(model, example_inputs, options, example_kwargs, detach)
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off meanwhile (restored after): for work that allocates a great many
+    objects that live on (a compile; `neuronc compile` importing torch and transformers and building the model,
+    where the collector's full scans took ~0.6 of GPT-2's ~4.7 CPU s)."""
+    enabled = gc.isenabled()
     gc.disable()
     try:
-        return _compile_options(model, example_inputs, options, example_kwargs, detach)
+        yield
     finally:
-        if paused:
+        if enabled:
             gc.enable()
 
 
