@@ -30,6 +30,7 @@ class CostModel:
         queues = self.dma_cfg["queues"]
         self.queue_rate = min(self.dma_cfg["queue_bytes_per_ns"], target.data["hbm"]["bytes_per_ns"] / queues)
         self.fixed_ns = self.dma_cfg["fixed_cost_ns"]
+        self._transfers: dict = {}  # (dst, src) of a plain DMA -> its queue time (asked by bottom levels and placement)
 
     def duration(self, inst: Instruction, engine: str | None = None) -> float:
         """Estimated busy time of `inst` on its engine (or on `engine`); DMA: trigger + transfer."""
@@ -52,8 +53,11 @@ class CostModel:
         """Queue time of a DMA's transfer (after it reached its queue)."""
         if inst.opcode == "dma_indirect":
             return indirect_effective_bytes(self.target, inst) / self.queue_rate
-        dst, src = inst.operands["dst"], inst.operands["src"]
-        return dma_effective_bytes(self.target, dst, src) / self.queue_rate
+        key = (inst.operands["dst"], inst.operands["src"])
+        ns = self._transfers.get(key)
+        if ns is None:
+            ns = self._transfers[key] = dma_effective_bytes(self.target, *key) / self.queue_rate
+        return ns
 
     def dma_ns(self, inst: Instruction) -> float:
         """Trigger to completion of a DMA on an idle queue."""

@@ -167,8 +167,10 @@ class Timeline:
         self.end["sp"] = start + self.trigger
         self.busy["sp"] += self.trigger
         arrive = start + self.trigger + self.costs.fixed_ns
-        if queue is None:
-            queue = min(range(len(self.queue_free)), key=lambda q: max(arrive, self.queue_free[q]))
+        if queue is None:  # the first queue free on arrival, else the first of those that free first
+            free = self.queue_free
+            soonest = min(free)
+            queue = next(q for q, f in enumerate(free) if f <= arrive) if soonest <= arrive else free.index(soonest)
         begin = max(arrive, self.queue_free[queue])
         transfer = self.costs.transfer_ns(inst)
         self.queue_free[queue] = begin + transfer
@@ -196,7 +198,7 @@ def bottom_levels(ops: list[Instruction], succs: list[list[int]], costs: CostMod
             own = costs.dma_ns(inst)
         else:
             own = min(costs.engine_ns(inst, e) for e in choices[i])
-        level[i] = own + max((level[s] for s in succs[i]), default=0.0)
+        level[i] = own + max(map(level.__getitem__, succs[i]), default=0.0)
     return level
 
 
