@@ -318,18 +318,32 @@ class ProgramBuilder:
 # The two splits below build their AccessPattern directly (positional fields) rather than through
 # dataclasses.replace, which checks every field by name: Llama's DMAs make ~560,000 of them.
 
+# Each also hands its piece the sizes isa.program.AccessPattern derives and caches (free_shape, free_size,
+# itemsize, nbytes), computed from the whole's as those properties would: every DMA piece's sizes are asked
+# (HBM traffic, the split), and deriving them through the cached properties cost ~4 us a piece.
+
 def _sub_partitions(ap: AccessPattern, p0: int, pn: int) -> AccessPattern:
     if p0 == 0 and pn == ap.partitions:
         return ap
     if ap.memory == "hbm":
-        return AccessPattern(ap.memory, ap.dtype, ap.offset + p0 * ap.partition_stride * ap.itemsize, ap.pattern,
-                             ap.start_partition, pn, ap.tensor, ap.partition_stride if pn > 1 else 0)
-    return AccessPattern(ap.memory, ap.dtype, ap.offset, ap.pattern, ap.start_partition + p0, pn, ap.tensor,
-                         ap.partition_stride)
+        sub = AccessPattern(ap.memory, ap.dtype, ap.offset + p0 * ap.partition_stride * ap.itemsize, ap.pattern,
+                            ap.start_partition, pn, ap.tensor, ap.partition_stride if pn > 1 else 0)
+    else:
+        sub = AccessPattern(ap.memory, ap.dtype, ap.offset, ap.pattern, ap.start_partition + p0, pn, ap.tensor,
+                            ap.partition_stride)
+    return _sized(sub, ap.free_shape, ap.free_size, ap.itemsize)
 
 
 def _sub_outer(ap: AccessPattern, i0: int, n: int) -> AccessPattern:
     stride, _ = ap.pattern[0]
-    return AccessPattern(ap.memory, ap.dtype, ap.offset + i0 * stride * ap.itemsize, ((stride, n), *ap.pattern[1:]),
-                         ap.start_partition, ap.partitions, ap.tensor, ap.partition_stride)
+    sub = AccessPattern(ap.memory, ap.dtype, ap.offset + i0 * stride * ap.itemsize, ((stride, n), *ap.pattern[1:]),
+                        ap.start_partition, ap.partitions, ap.tensor, ap.partition_stride)
+    free_shape = (n, *ap.free_shape[1:])
+    return _sized(sub, free_shape, math.prod(free_shape), ap.itemsize)
+
+
+def _sized(ap: AccessPattern, free_shape: tuple[int, ...], free_size: int, itemsize: int) -> AccessPattern:
+    ap.__dict__.update(free_shape=free_shape, free_size=free_size, itemsize=itemsize,
+                       nbytes=ap.partitions * free_size * itemsize)
+    return ap
 
