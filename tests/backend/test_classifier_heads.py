@@ -1,0 +1,64 @@
+"""Classifier heads of CNNs kept on chip (compiler/passes/fusion/channel_major.py, pooled regions): global average
+pooling, ConvNeXt's LayerNorm over channels and the classifier run channel-major, so the pooled vector and the
+normalized features stay in SBUF between the head's kernels (no HBM round trip to move the channels from the
+partitions onto one partition and back). Checked mode against eager."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import compiler
+
+BF16_REL = 3e-2
+
+
+class Head(nn.Module):
+    """A convolution, then a head: mean over the pixels, optionally a LayerNorm over channels, a Linear."""
+
+    def __init__(self, cin: int, channels: int, classes: int, norm: bool):
+        super().__init__()
+        self.conv = nn.Conv2d(cin, channels, 3, padding=1)
+        self.norm = nn.LayerNorm(channels, eps=1e-6) if norm else nn.Identity()
+        self.fc = nn.Linear(channels, classes)
+        if norm:
+            self.norm.weight.data.uniform_(0.5, 1.5)
+            self.norm.bias.data.uniform_(-0.2, 0.2)
+
+    def forward(self, x):
+        return self.fc(self.norm(torch.relu(self.conv(x)).mean([-2, -1])))
+
+
+def _run(model: nn.Module, x: torch.Tensor, auto_cast: str, rel: float) -> compiler.Executable:
+    model = model.eval()
+    exe = compiler.compile(model, (x,), auto_cast=auto_cast, cache=False, quiet=True)
+    with torch.no_grad():
+        want = model(x).double().numpy()
+    (got,) = exe.run(x, check=True)
+    assert got.shape == want.shape
+    err = float(np.max(np.abs(got.astype(np.float64) - want)) / np.max(np.abs(want)))
+    assert err <= rel, err
+    return exe
+
+
+def _dma_lines(exe: compiler.Executable, op_prefix: str) -> list[str]:
+    return [line for line in exe.asm.splitlines() if line.startswith("sp.dma") and f'origin="{op_prefix}' in line]
+
+
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("auto_cast, rel", [("matmult", BF16_REL), ("none", 1e-4)])
+def test_pooled_head_runs_channel_major(norm, auto_cast, rel):
+    torch.manual_seed(0)
+    exe = _run(Head(8, 256, 40, norm), torch.randn(1, 8, 6, 5), auto_cast, rel)
+    assert "kind=kCustom, calls=%fused_head" in exe.hlo  # pooling, norm and classifier: one kernel
+    head = [line for line in exe.asm.splitlines() if "fused_head" in line or 'origin="fusion"' in line]
+    stores = [line for line in _dma_lines(exe, "fusion") if "dst=hbm" in line]
+    assert len(stores) == 1 and "dst=hbm:out0" in stores[0], stores  # one contiguous row of classes
+    assert not any("pixels" in line for line in head)  # the feature map read in place, on chip
+
+
+def test_pooled_head_batch_two():
+    torch.manual_seed(1)
+    _run(Head(4, 96, 24, True), torch.randn(2, 4, 5, 5), "matmult", BF16_REL)
