@@ -157,14 +157,14 @@ def _match(dot: Instruction, comp: Computation, users: dict[Instruction, list[In
 
 def head_groups(comp: Computation, record: Record) -> list[FusionGroup]:
     """The classifier-head fusions of `comp`."""
+    if not any(is_pooling(inst) for inst in comp.instructions):
+        return []  # no global average pooling: nothing to match (nor to record)
     users = comp.users()
     groups = []
     for dot in comp.instructions:
         if dot.opcode != "dot":
             continue
         group, reason = _match(dot, comp, users)
-        if group is None and dot.operands[0].shape.rank != 2:
-            continue  # not even a row times a matrix: nothing worth recording
         record(dot.operands[0], dot, group is not None, reason, KIND)
         if group is not None:
             groups.append(group)
