@@ -37,6 +37,7 @@ COMMUTATIVE = ("add", "multiply", "max", "min")
 ACTIVATIONS = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exponential": "exp", "tanh": "tanh", "logistic": "sigmoid",
                "log": "log", "abs": "abs", "convert": "copy"}
 PSUM_COLS = 512  # fp32 columns of one PSUM bank
+COPY_COLS = 256  # classes per PSUM-to-SBUF copy: the pieces go to ACT and DVE in turn
 HEAD_NAME = "fused_head"  # the fused computation of compiler/passes/fusion/head.py
 
 
@@ -97,7 +98,7 @@ class HeadKernel:
         self.pools: dict[str, Pool] = b.alloc.begin_kernel(self.name, self._specs(), self.where)
         self._load_weight()
         for inst in self.comp.instructions:
-            if inst.opcode != "parameter":
+            if inst.opcode != "parameter" and inst.uid not in self.vals:  # a bias add is done with the dot
                 self.vals[inst.uid] = self._value(inst)
         root = self.vals[self.comp.root.uid]
         if root.kind != "row":
@@ -195,12 +196,10 @@ class HeadKernel:
         if v.kind != "vec":
             raise CompilationError(f"{self.where}: %{inst.name} sums a {v.kind} value over the channels")
         b, P, T = self.b, self.P, self.T
-        if not hasattr(self, "_ones"):
-            self._ones = self.pools["ones"].next().flat("f32", P, P)
-            b.memset(self._ones, 1.0, f"{self.name} ones")
+        ones = self._ones_tile()
         src = v.ap if v.ap.dtype == "f32" else self._as(v.ap, "f32")
         sums = self.pools["sums"].next().flat("f32", P, T)
-        b.load_stationary(self._ones, f"{self.name} {inst.name} ones")
+        b.load_stationary(ones, f"{self.name} {inst.name} ones")
         b.multiply_moving(sums, src, acc=False, comment=f"{self.name} {inst.name} channel sums")
         dst = self._new("stat")
         b.tensor_reduce(dst, sums, "add", f"{self.name} {inst.name} total")
@@ -220,16 +219,42 @@ class HeadKernel:
         if lhs.dtype != self.wdtype:
             lhs = self.pools["lhs"].next().flat(self.wdtype, P, T)
             b.copy(lhs, v.ap, f"{self.name} classifier operand")
+        bias = self._bias()
+        if bias is not None:
+            ones = self._ones_tile()
         row = self._new("row")
         for o0 in range(0, n, PSUM_COLS):
             ow = min(PSUM_COLS, n - o0)
             acc = self.pools["out"].next().flat("f32", 1, ow)
+            if bias is not None:  # the bias first (fp32 1 x bias: exact), while the weights still arrive
+                b.load_stationary(replace(ones, partitions=1, pattern=((1, 1),)), f"{self.name} bias")
+                b.multiply_moving(acc, _slice(bias[1].ap, o0, ow), acc=False, comment=f"{self.name} bias {o0}")
             for t in range(T):
                 b.load_stationary(_column(lhs, t), f"{self.name} features c{t * P}")
-                b.multiply_moving(acc, self.wtile.flat(self.wdtype, P, ow, t * n + o0), acc=t > 0,
+                b.multiply_moving(acc, self.wtile.flat(self.wdtype, P, ow, t * n + o0), acc=bias is not None or t > 0,
                                   comment=f"{self.name} classes {o0}:{o0 + ow} c{t * P}")
-            b.copy(_slice(row, o0, ow), acc, f"{self.name} classes {o0}:{o0 + ow}")
+            for c0 in range(o0, o0 + ow, COPY_COLS):  # in pieces, on the engines in turn
+                cw = min(COPY_COLS, o0 + ow - c0)
+                b.copy(_slice(row, c0, cw), _slice(acc, c0 - o0, cw), f"{self.name} classes {c0}:{c0 + cw}")
+        if bias is not None:
+            self.vals[bias[0].uid] = Val("row", row)
         return Val("row", row)
+
+    def _bias(self) -> tuple[Instruction, Val] | None:
+        """The dot's bias add (its only user, adding a constant row), accumulated in PSUM with the products."""
+        users = [i for i in self.comp.instructions if self.dot in i.operands]
+        if len(users) != 1 or users[0].opcode != "add" or self.dot.shape.dtype != "f32" \
+                or users[0].shape.dtype != "f32" or self.dot is self.comp.root:
+            return None
+        add = users[0]
+        other = self._operand(add, 1 if add.operands[0] is self.dot else 0)
+        return (add, other) if other.kind == "row" and other.ap.dtype == "f32" else None
+
+    def _ones_tile(self) -> AccessPattern:
+        if not hasattr(self, "_ones"):
+            self._ones = self.pools["ones"].next().flat("f32", self.P, self.P)
+            self.b.memset(self._ones, 1.0, f"{self.name} ones")
+        return self._ones
 
     def _binary(self, inst: Instruction, op: str, a: Val, c: Val) -> Val:
         b = self.b
