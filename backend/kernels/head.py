@@ -37,6 +37,7 @@ COMMUTATIVE = ("add", "multiply", "max", "min")
 ACTIVATIONS = {"rsqrt": "rsqrt", "sqrt": "sqrt", "exponential": "exp", "tanh": "tanh", "logistic": "sigmoid",
                "log": "log", "abs": "abs", "convert": "copy"}
 PSUM_COLS = 512  # fp32 columns of one PSUM bank
+WEIGHT_RUN = 12 * 1024  # bytes per partition of one weight DMA (at least)
 COPY_COLS = 256  # classes per PSUM-to-SBUF copy: the pieces go to ACT and DVE in turn
 HEAD_NAME = "fused_head"  # the fused computation of compiler/passes/fusion/head.py
 
@@ -114,9 +115,15 @@ class HeadKernel:
         laid = self.w.reshape(T, P, n).transpose(1, 0, 2).reshape(P, T * n)  # partition p: channels p, P + p...
         const = self.b.new_const(laid, self.wdtype)
         self.wtile = self.pools["w"].next()
-        for t in range(T):  # one DMA per channel tile: the first matmuls start when their rows arrive
-            src = const.hbm_ap(0, 0, P, [(1, t * n, n)])
-            self.b.dma(self.wtile.flat(self.wdtype, P, n, t * n), src, f"{self.name} weights c{t * P}")
+        # a few channel tiles per DMA: per-partition runs of >= WEIGHT_RUN bytes (one tile of 1000 bf16 classes
+        # is a 2000-byte run, 13% descriptor overhead), while the first matmuls still start before the last
+        # rows arrive (ResNet-50's classifier streams in behind stage 4's weights)
+        runs = max(1, min(T, -(-T * n * itemsize(self.wdtype) // WEIGHT_RUN)))
+        step = -(-T // runs)
+        for t0 in range(0, T, step):
+            tn = min(step, T - t0)
+            src = const.hbm_ap(0, 0, P, [(1, t0 * n, tn * n)])
+            self.b.dma(self.wtile.flat(self.wdtype, P, tn * n, t0 * n), src, f"{self.name} weights c{t0 * P}")
 
     # -- values -----------------------------------------------------------------------------------------------
     def _new(self, kind: str, dtype: str = "f32") -> AccessPattern:
