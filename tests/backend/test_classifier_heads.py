@@ -62,3 +62,23 @@ def test_pooled_head_runs_channel_major(norm, auto_cast, rel):
 def test_pooled_head_batch_two():
     torch.manual_seed(1)
     _run(Head(4, 96, 24, True), torch.randn(2, 4, 5, 5), "matmult", BF16_REL)
+
+
+def test_pooled_features_read_elsewhere_stay_unfused():
+    """A head whose pooled features are also returned is left to the other kernels (and stays correct)."""
+
+    class Both(Head):
+        def forward(self, x):
+            pooled = torch.relu(self.conv(x)).mean([-2, -1])
+            return self.fc(self.norm(pooled)), pooled
+
+    torch.manual_seed(2)
+    model = Both(8, 128, 16, True).eval()
+    x = torch.randn(1, 8, 5, 4)
+    exe = compiler.compile(model, (x,), auto_cast="matmult", cache=False, quiet=True)
+    got = exe.run(x, check=True)
+    with torch.no_grad():
+        want = model(x)
+    assert "fused_head" not in exe.hlo
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w.numpy(), rtol=BF16_REL, atol=BF16_REL * float(w.abs().max()))
