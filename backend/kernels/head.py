@@ -107,7 +107,9 @@ class HeadKernel:
         flat = self.out.reshape((self.O,))
         if flat is None:
             raise CompilationError(f"{self.where}: the head's output is not a row of {self.O} values")
-        b.dma(flat.hbm_ap(None, 0, 1, [(0, 0, self.O)]), root.ap, f"{self.name} store")
+        for c0 in range(0, self.O, COPY_COLS):  # piece by piece, each as soon as its copy out of PSUM is done
+            cw = min(COPY_COLS, self.O - c0)
+            b.dma(flat.hbm_ap(None, 0, 1, [(0, c0, cw)]), _slice(root.ap, c0, cw), f"{self.name} store {c0}")
         b.alloc.end_kernel()
 
     def _load_weight(self) -> None:
