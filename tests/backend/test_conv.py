@@ -159,7 +159,8 @@ def test_stem_input_converted_once(channels, converted_once):
     expected = torch_conv(x.astype(BF16), w, 2, 3)
     np.testing.assert_allclose(out, expected, rtol=1e-3, atol=1e-3)
     insts = result.program.instructions
-    input_bytes = sum(i.operands["src"].nbytes for i in insts if i.opcode == "dma" and i.operands["src"].tensor == "in0")
+    input_bytes = sum(i.operands["src"].nbytes for i in insts
+                      if i.opcode == "dma" and i.operands["src"].tensor == "in0")
     if converted_once:  # read once, to convert it (the 3-channel stem folds its taps into 21 or more copies)
         assert input_bytes == x.nbytes
     assert any(".copy" in i.comment for i in insts) == converted_once
