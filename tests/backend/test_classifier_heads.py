@@ -5,6 +5,8 @@ partitions onto one partition and back). Checked mode against eager."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -43,8 +45,10 @@ def _run(model: nn.Module, x: torch.Tensor, auto_cast: str, rel: float) -> compi
     return exe
 
 
-def _dma_lines(exe: compiler.Executable, op_prefix: str) -> list[str]:
-    return [line for line in exe.asm.splitlines() if line.startswith("sp.dma") and f'origin="{op_prefix}' in line]
+def _head_lines(exe: compiler.Executable) -> list[str]:
+    """The instructions of the head's kernel (the fusion calling fused_head)."""
+    name = re.search(r"%(\S+) = \S+ fusion\(.*calls=%fused_head", exe.hlo).group(1)
+    return [line for line in exe.asm.splitlines() if f'origin="{name}"' in line]
 
 
 @pytest.mark.parametrize("norm", [True, False])
@@ -53,8 +57,8 @@ def test_pooled_head_runs_channel_major(norm, auto_cast, rel):
     torch.manual_seed(0)
     exe = _run(Head(8, 256, 40, norm), torch.randn(1, 8, 6, 5), auto_cast, rel)
     assert "kind=kCustom, calls=%fused_head" in exe.hlo  # pooling, norm and classifier: one kernel
-    head = [line for line in exe.asm.splitlines() if "fused_head" in line or 'origin="fusion"' in line]
-    stores = [line for line in _dma_lines(exe, "fusion") if "dst=hbm" in line]
+    head = _head_lines(exe)
+    stores = [line for line in head if line.startswith("sp.dma") and "dst=hbm" in line]
     assert stores and all("dst=hbm:out0" in line and "[0,1]" in line for line in stores), stores  # rows of classes
     assert not any("pixels" in line for line in head)  # the feature map read in place, on chip
 
