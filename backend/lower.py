@@ -33,6 +33,7 @@ from backend.kernels.dot import dot_kernel
 from backend.kernels.dot_plan import plan_dot
 from backend.kernels.elementwise import copy_kernel, fused_kernel
 from backend.kernels.gather import gather_kernel, plan_gather
+from backend.kernels.head import HEAD_NAME, head_kernel
 from backend.kernels.indirect_ops import HANDLERS as INDIRECT_HANDLERS
 from backend.kernels.indirect_ops import rows_or
 from backend.kernels.reduce import reduce_kernel
@@ -438,6 +439,13 @@ def _attention_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: l
     return out
 
 
+def _head_fusion(lw: Lowering, inst: Instruction, comp: Computation, ops: list[Value]) -> Value:
+    """A CNN's pooling, normalization and classifier (kind=kCustom, compiler/passes/fusion/head.py): one kernel."""
+    out = lw.destination(inst)
+    head_kernel(lw.b, comp, ops, out, lw.name(inst), inst.where())
+    return out
+
+
 MAX_REVERSE_COPIES = 256
 
 
@@ -486,7 +494,8 @@ KERNELS: dict[str, Handler] = {
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {
-    "kCustom": _attention_fusion,
+    "kCustom": lambda lw, inst, comp, ops: (_head_fusion if comp.name.startswith(HEAD_NAME)
+                                            else _attention_fusion)(lw, inst, comp, ops),
 }
 # a fusion containing this opcode is lowered by the handler (checked in this order)
 FUSION_ANCHORS: dict[str, FusionHandler] = {

@@ -5,7 +5,8 @@ Phases, all on the entry computation (``strategy="greedy"``):
 0. **Preparation** (fusion_prepare.py): reshapes of dot results are sunk into the dots, so that dots and
    their consumers share one shape.
 1. **Attention** (``kind=kCustom``, fusion_attention.py): QK^T, its elementwise scale/mask, softmax and the
-   product with V as one fusion, which the backend runs as one flash-attention kernel.
+   product with V as one fusion, which the backend runs as one flash-attention kernel; then a CNN's classifier
+   head (global average pooling, a LayerNorm over channels, the classifier: fusion/head.py) as one ``fused_head``.
 2. **Matmul epilogue** (``kind=kOutput``): a ``dot`` or ``convolution`` plus the chain of elementwise consumers
    after it, as long as every intermediate has a single user and each consumer is an epilogue op the engines
    apply on the way out of PSUM: add of a broadcast (bias) or of a same-shape tensor (residual), subtract of a
@@ -34,6 +35,7 @@ from dataclasses import replace
 
 from compiler.passes.fusion.attention import attention_groups
 from compiler.passes.fusion.group import FusionDecision, FusionGroup
+from compiler.passes.fusion.head import head_groups
 from compiler.passes.fusion.prepare import DotReshapeSinking
 from compiler.passes.fusion.registry import FUSION_STRATEGIES
 from compiler.passes.fusion.rope import RopeRewrite
@@ -95,6 +97,10 @@ class FusionPass(HloPass):
             for group in groups:
                 self._absorb_broadcasts(group, comp.users(), set())
             changed |= self._fuse_groups(module, comp, groups)
+            heads = head_groups(comp, self._record)  # a CNN's pooling, normalization and classifier
+            for group in heads:
+                self._absorb_broadcasts(group, comp.users(), set())
+            changed |= self._fuse_groups(module, comp, heads)
         if self.epilogue:
             changed |= self._fuse_groups(module, comp, self._epilogue_groups(comp))
         if self.loop:
@@ -427,7 +433,7 @@ class FusionPass(HloPass):
                                         metadata=dict(m.metadata))
             body.append(clones[m.uid])
         body.sort(key=lambda i: i.opcode != "constant")  # stable: constants first, as canonicalize orders them
-        prefix = "fused_attention" if group.kind == "kCustom" else "fused_computation"
+        prefix = group.name or ("fused_attention" if group.kind == "kCustom" else "fused_computation")
         fused = Computation(module.unique_name(prefix), list(params.values()) + body,
                             clones[group.root.uid])
         module.add_computation(fused)

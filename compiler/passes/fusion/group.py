@@ -24,9 +24,11 @@ class FusionDecision:
 
 @dataclass
 class FusionGroup:
-    """Instructions to fuse: ``root`` plus members; ``shared`` members stay in place for other users."""
+    """Instructions to fuse: ``root`` plus members; ``shared`` members stay in place for other users;
+    ``name``: the fused computation's name prefix when it tells the backend which kernel (kCustom)."""
 
     root: Instruction
     kind: str
     members: dict[int, Instruction]
     shared: set[int]
+    name: str = ""
