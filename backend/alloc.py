@@ -189,8 +189,9 @@ class Allocator:
         held = [r.span for r in self.reservations if r.covers(index)]  # later kernels' weights: keep out
         bases = None
         if ahead:  # the plan's region, else the window unused longest outside the plan's, else anywhere
-            bases = (self._place_planned(sbuf_specs, index, held) or self._place_apart(sbuf_specs, index, held)
-                     or self._place_apart(sbuf_specs, index, []))
+            parts = (ahead_bytes, need - ahead_bytes, index)
+            bases = (self._place_planned(*parts, held) or self._place_apart(*parts, held)
+                     or self._place_apart(*parts, []))
         apart_bytes = ahead_bytes if bases is not None else 0
         if bases is None:
             bases = (self._place(need, index, where, held), None)
@@ -257,7 +258,7 @@ class Allocator:
             if lo > pos:
                 gaps.append((pos, lo))
             pos = max(pos, hi)
-        top = min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD) if guard else self.persistent_top
+        top = self._apart_top() if guard else self.persistent_top
         gaps.append((pos, top))
         return [(lo, min(hi, top)) for lo, hi in gaps if min(hi, top) > lo]
 
@@ -284,19 +285,21 @@ class Allocator:
         self.reservations = list(plan)
         self._own = {r.kernel: r for r in plan}
 
-    def _place_planned(self, specs: list[PoolSpec], index: int,
+    def _apart_top(self) -> int:
+        """The top of the SBUF pools may take while the persistent buffers could still grow (PERSISTENT_GUARD)."""
+        return min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD)
+
+    def _place_planned(self, ahead: int, rest: int, index: int,
                        held: list[tuple[int, int]]) -> tuple[int, int] | None:
         """(block, apart) with the prefetched pools in the region the plan reserved for them, or None when
         there is none, its size differs from the survey's, or the rest of the pools do not fit beside it."""
         own = self._own.get(index)
-        ahead = sum(_align(s.nbytes) * s.bufs for s in specs if s.prefetch)
-        rest = sum(_align(s.nbytes) * s.bufs for s in specs if not s.prefetch)
         if own is None or own.nbytes != ahead:
             return None
         lo, hi = own.span
         if any(i.offset < hi and lo < i.offset + i.nbytes for i in self.images if i.live(index)):
             return None
-        if hi > min(self.persistent_top, self.sbuf_bytes - PERSISTENT_GUARD):
+        if hi > self._apart_top():
             return None
         if not rest:
             return hi, lo
@@ -312,7 +315,7 @@ class Allocator:
         old = [w for w in windows if w[0] < index - BLOCK_AVOID]
         return (max(old, key=lambda w: (w[0], -w[1])) if old else min(windows))[1]
 
-    def _place_apart(self, specs: list[PoolSpec], index: int,
+    def _place_apart(self, ahead: int, rest: int, index: int,
                      held: list[tuple[int, int]]) -> tuple[int, int] | None:
         """(block, apart): offsets of a kernel's pools placed in two parts, or None when they do not fit so.
         The prefetched pools (weights loaded once at the kernel's start) go where SBUF was used longest
@@ -321,8 +324,6 @@ class Allocator:
         so that the space the weights of later kernels will take stays unused meanwhile: the blocks of
         consecutive kernels alternate between two places (ResNet-50: avoiding the last two kernels, three
         places, leaves less room for weights, 346 us; reusing the last kernel's, 373 us; two, 329 us)."""
-        ahead = sum(_align(s.nbytes) * s.bufs for s in specs if s.prefetch)
-        rest = sum(_align(s.nbytes) * s.bufs for s in specs if not s.prefetch)
         windows = self._windows(ahead, self._free(index, held))
         if not windows:
             return None
