@@ -494,9 +494,17 @@ KERNELS: dict[str, Handler] = {
 }
 # fusions of this kind are lowered by the handler
 FUSION_KINDS: dict[str, FusionHandler] = {
-    "kCustom": lambda lw, inst, comp, ops: (_head_fusion if comp.name.startswith(HEAD_NAME)
-                                            else _attention_fusion)(lw, inst, comp, ops),
+    "kCustom": lambda lw, inst, comp, ops: _custom_handler(comp)(lw, inst, comp, ops),
 }
+# kCustom fusions by the prefix of their computation's name (the fusion pass that made them names them so);
+# any other kCustom fusion is an attention
+CUSTOM_FUSIONS: dict[str, FusionHandler] = {HEAD_NAME: _head_fusion}
+
+
+def _custom_handler(comp: Computation) -> FusionHandler:
+    return next((h for prefix, h in CUSTOM_FUSIONS.items() if comp.name.startswith(prefix)), _attention_fusion)
+
+
 # a fusion containing this opcode is lowered by the handler (checked in this order)
 FUSION_ANCHORS: dict[str, FusionHandler] = {
     "dot": anchored_fusion("dot", plan_dot, dot_kernel, materializes=True),
