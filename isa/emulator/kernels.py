@@ -43,8 +43,8 @@ class EngineState:
 
     def __init__(self, partitions: int) -> None:
         self.stationary = np.zeros((0, 0), dtype=F32)  # the stationary tile, [K, M]
-        # its transpose, [M, K], C-contiguous (None until the BLAS path needs it: a diagonal tile may never)
-        self.stationary_t: np.ndarray | None = np.zeros((0, 0), dtype=F32)
+        # its transpose, [M, K], C-contiguous (None until a product needs it: most take a view, see VIEW_COLUMNS)
+        self.stationary_t: np.ndarray | None = None
         self.diagonal: DiagonalTile | None = None  # the tile when it is diagonal (isa.emulator.pe)
         self.act_acc = np.zeros((partitions, 1), dtype=F32)
         # scratch arrays by (shape, dtype), shared by the instructions that need one for the duration of
@@ -113,12 +113,17 @@ def _load_stationary(ctx: Ctx) -> Runner:
     def run() -> None:
         # the upcast copy first: a transposing copy straight from SBUF (rows 192 KiB apart) is 20x slower
         stationary = state.stationary = read_f32(src)
-        # a diagonal tile is its own transpose, and its products are elementwise: transposed only if BLAS needs it
-        diagonal = state.diagonal = diagonal_tile(stationary)
-        state.stationary_t = None if diagonal is not None else np.ascontiguousarray(stationary.T)
+        state.diagonal = diagonal_tile(stationary)  # a diagonal tile's products are elementwise (isa.emulator.pe)
+        state.stationary_t = None  # the contiguous transpose, made when a product needs it (see _multiply_moving)
 
     return run
 
+
+# Column counts of the moving tile for which OpenBLAS gives the same bits whether the stationary tile's
+# transpose is a view or a contiguous copy (its kernels then sum each product in the same order; for other
+# counts, e.g. 1-15 or 17 columns, another kernel sums in another order): the view saves the transposing copy,
+# which cost more than a 128x128x128 product. tests/isa/test_emulator_pe.py holds both to the same bits.
+VIEW_COLUMNS = 16
 
 # MACs per BLAS call: OpenBLAS runs smaller GEMMs on one thread. Bigger ones spawn threads, and
 # on a small shared machine (2 cores, parallel test workers) oversubscribed BLAS threads make a
@@ -136,6 +141,13 @@ def _view_2d(view: np.ndarray, m: int, n: int) -> np.ndarray | None:
     return flat
 
 
+def _contiguous_t(state: EngineState) -> np.ndarray:
+    """The stationary tile's transpose as a C-contiguous array, made once per tile."""
+    if state.stationary_t is None:
+        state.stationary_t = np.ascontiguousarray(state.stationary.T)
+    return state.stationary_t
+
+
 def _multiply_moving(ctx: Ctx) -> Runner:
     dst, src, state = ctx.views["dst"], ctx.views["src"], ctx.state
     acc = bool(ctx.attr("acc"))
@@ -146,6 +158,7 @@ def _multiply_moving(ctx: Ctx) -> Runner:
     # chunk as a loop would (same shapes and strides, so the same bits), without the loop.
     whole = n - n % step
     chunks = whole // step
+    chunks_take_view = step % VIEW_COLUMNS == 0
     dst_2d = _view_2d(dst, m, n)
     in_place = dst_2d is not None
     # without accumulation the products go straight to PSUM (BLAS writes them through its ldc)
@@ -169,17 +182,14 @@ def _multiply_moving(ctx: Ctx) -> Runner:
             dst[...] = product.reshape(dst.shape)
 
     def _blas() -> None:
-        stationary_t = state.stationary_t
-        if stationary_t is None:
-            stationary_t = state.stationary_t = np.ascontiguousarray(state.stationary.T)
         # exact upcast, fp32 products accumulated in fp32; a copy even for fp32: BLAS packs an operand whose rows
         # lie a partition (192 KiB) apart at half the speed
         moving = read_f32(src)
         if chunks:
-            np.matmul(stationary_t, moving[:, :whole].reshape(k, chunks, step).transpose(1, 0, 2),
-                      out=product_chunks)
+            np.matmul(state.stationary.T if chunks_take_view else _contiguous_t(state),
+                      moving[:, :whole].reshape(k, chunks, step).transpose(1, 0, 2), out=product_chunks)
         if whole < n:
-            np.matmul(stationary_t, moving[:, whole:], out=product[:, whole:])
+            np.matmul(_contiguous_t(state), moving[:, whole:], out=product[:, whole:])
 
     return run
 

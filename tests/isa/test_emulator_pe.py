@@ -1,5 +1,6 @@
 """The elementwise product of a diagonal stationary tile (isa.emulator.pe) against the BLAS
-chunks the emulator otherwise runs, bit for bit."""
+chunks the emulator otherwise runs, bit for bit; the BLAS chunks with the stationary tile's transpose as a view
+against those with its contiguous copy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pytest
 
 from isa.emulator import run_program
-from isa.emulator.kernels import BLAS_CHUNK_MACS
+from isa.emulator.kernels import BLAS_CHUNK_MACS, VIEW_COLUMNS
 from isa.emulator.pe import diagonal_product, diagonal_tile
 from tests.isa.emulator_helpers import hb, ins, program, ps, sb
 
@@ -143,14 +144,30 @@ def diagonal_then_dense_program(K: int = 64, N: int = 256):
                     ("y", "output", "f32", (K, N))], insts)
 
 
+@pytest.mark.parametrize("k, m", [(128, 128), (64, 128), (128, 64), (100, 128), (128, 1), (3, 17), (1, 128)])
+@pytest.mark.parametrize("columns", [1, 2, 3, 8, 32])
+def test_a_transposed_view_gives_the_bits_of_the_contiguous_transpose(k, m, columns):
+    """Chunks of a multiple of VIEW_COLUMNS moving columns, as the emulator stacks them: BLAS sums each product in
+    the same order whether the stationary tile's transpose is a view or a contiguous copy (signed zeros,
+    subnormals and overflowing products included)."""
+    rng = np.random.default_rng(k * 100 + m + columns)
+    stationary = special_moving(rng, k, m)  # [K, M]
+    step = columns * VIEW_COLUMNS
+    moving = special_moving(rng, k, 4 * step)
+    chunks = moving.reshape(k, 4, step).transpose(1, 0, 2)
+    assert (np.matmul(stationary.T, chunks).tobytes()
+            == np.matmul(np.ascontiguousarray(stationary.T), chunks).tobytes())
+
+
 @pytest.mark.parametrize("moving_inf", [False, True])
-def test_emulated_diagonal_matmul_gives_the_bits_of_blas(moving_inf):
+@pytest.mark.parametrize("K, N", [(64, 256), (100, 250), (128, 300)])
+def test_emulated_diagonal_matmul_gives_the_bits_of_blas(moving_inf, K, N):
     """Through the emulator: the diagonal tile elementwise, or (an inf in its moving tile) on BLAS with its transpose
-    made when needed; the dense tile after it on BLAS."""
-    K, N = 64, 256
+    made when needed; the dense tile after it on BLAS (chunks of 64, 26 and 16 columns: the transpose as a view
+    for 64 and 16, a copy for 26 and for the 12 columns left after the 16-column chunks of N=300)."""
     rng = np.random.default_rng(6)
     w0 = diagonal(rng, K)
-    w1 = rng.standard_normal((K, K)).astype(np.float32)
+    w1 = special_moving(rng, K, K)
     x = special_moving(rng, 2 * K, N)
     if moving_inf:
         x[7, 11] = np.inf
