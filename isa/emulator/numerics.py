@@ -24,25 +24,55 @@ F32 = np.float32
 Array = np.ndarray
 
 
+# Numerical Recipes erfcc's coefficients, innermost first (Horner)
+_ERFC_POLY = (0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418, 0.37409196,
+              1.00002368, -1.26551223)
+
+
 def _erfc(x: Array) -> Array:
-    """Complementary error function, fractional error < 1.2e-7 everywhere (Numerical Recipes erfcc)."""
+    """Complementary error function of a float64 array, fractional error < 1.2e-7 everywhere (Numerical Recipes
+    erfcc): ``t = 1 / (1 + z/2)``, ``t * exp(-z*z + poly(t))`` for ``z = |x|``, ``2 - that`` where ``x < 0``.
+
+    In place in three arrays instead of a temporary per operation (2x faster on ConvNeXt's GELUs): each
+    operation is the formula's own with its operands in the formula's order (so even a NaN keeps its sign)."""
     z = np.abs(x)
-    t = 1.0 / (1.0 + 0.5 * z)
-    poly = -1.26551223 + t * (1.00002368 + t * (0.37409196 + t * (0.09678418 + t * (
-        -0.18628806 + t * (0.27886807 + t * (-1.13520398 + t * (1.48851587 + t * (
-            -0.82215223 + t * 0.17087277))))))))
-    ans = t * np.exp(-z * z + poly)
-    return np.where(x >= 0, ans, 2.0 - ans)
+    t = np.multiply(0.5, z)
+    np.add(1.0, t, out=t)
+    np.divide(1.0, t, out=t)
+    poly = np.multiply(t, _ERFC_POLY[0])
+    for c in _ERFC_POLY[1:-1]:
+        np.add(c, poly, out=poly)
+        np.multiply(t, poly, out=poly)
+    np.add(_ERFC_POLY[-1], poly, out=poly)
+    exponent = np.negative(z, out=z)
+    exponent *= np.abs(x)  # -z * z
+    exponent += poly
+    np.exp(exponent, out=exponent)
+    np.multiply(t, exponent, out=exponent)  # erfc(|x|)
+    np.subtract(2.0, exponent, out=t)
+    return np.where(x >= 0, exponent, t)  # (copyto's where= takes 5x longer)
 
 
 def _gelu(x: Array) -> Array:
     x64 = x.astype(np.float64)
-    return (0.5 * x64 * _erfc(-x64 / np.sqrt(2.0))).astype(F32)
+    half_x = np.multiply(x64, 0.5)
+    np.negative(x64, out=x64)
+    x64 /= np.sqrt(2.0)
+    half_x *= _erfc(x64)  # x/2 * erfc(-x / sqrt 2)
+    return half_x.astype(F32)
 
 
 def _gelu_tanh(x: Array) -> Array:
-    inner = F32(np.sqrt(2.0 / np.pi)) * (x + F32(0.044715) * (x * x * x))
-    return F32(0.5) * x * (F32(1) + np.tanh(inner))
+    """``0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))`` in fp32, in place in two arrays."""
+    y = np.multiply(x, x)
+    np.multiply(y, x, out=y)
+    np.multiply(F32(0.044715), y, out=y)
+    np.add(x, y, out=y)
+    np.multiply(F32(np.sqrt(2.0 / np.pi)), y, out=y)
+    np.tanh(y, out=y)
+    np.add(F32(1), y, out=y)
+    half_x = np.multiply(F32(0.5), x)
+    return np.multiply(half_x, y, out=y)
 
 
 def _sigmoid(x: Array) -> Array:
