@@ -99,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             for _ in range(max(3, args.runs)):
                 t, reference = _clock(lambda: model(*example))
                 eager.append(t)
-        reference = reference[0] if isinstance(reference, tuple | list) else getattr(reference, "last_hidden_state",
-                                                                                      reference)
+        if hasattr(reference, "to_tuple"):  # a transformers ModelOutput (last_hidden_state, logits, ...)
+            reference = reference.to_tuple()
+        reference = reference[0] if isinstance(reference, tuple | list) else reference
     else:
         rng = np.random.default_rng(0)
         feeds = {name: rng.standard_normal(program.tensors[name].shape).astype(np.float32)
