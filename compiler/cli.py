@@ -191,7 +191,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.output:
         check_writable(args.output, "--output")
     exe = driver.load(args.neff)
-    outputs = exe.run(*_inputs(exe, args), check=args.check, checks=args.checks, progress=not args.quiet)
+    outputs, _ = exe.run_program_inputs(_inputs(exe, args), check=args.check, checks=args.checks,
+                                        progress=not args.quiet)
     for name, value in zip(exe.program.outputs, outputs, strict=True):
         finite = value.astype(np.float64)
         print(f"{name}: {value.dtype}{list(value.shape)}  mean={finite.mean():.6g} "
@@ -210,7 +211,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
         if path:
             check_writable(path, what)
     exe = driver.load(args.neff)
-    prof = exe.profile(*_inputs(exe, args), check=args.check, checks=args.checks, progress=not args.quiet)
+    _, prof = exe.run_program_inputs(_inputs(exe, args), check=args.check, checks=args.checks,
+                                     progress=not args.quiet)
     print(prof.summary())
     print()
     print(prof.table(args.by, top=args.top, depth=args.depth))

@@ -22,7 +22,7 @@ from compiler.cache import cache_key
 from compiler.cache_entries import cache_for, map_entry_weights, read_entry, trace_lookup, trace_store, write_entry
 from compiler.executable import (
     Executable,
-    signature_from_json,
+    LoadedExecutable,
     to_numpy,  # noqa: F401 (re-exported)
 )
 from compiler.lazy import lazy_import
@@ -60,8 +60,7 @@ def load(path: str | os.PathLike) -> Executable:
         raise NeuroncError(f"{os.fspath(path)}: the program was compiled for target {program.target!r}, "
                            f"which cannot be loaded here ({e})") from None
     text = program.meta.get("signature")
-    return Executable(program=program, hlo=str(program.meta.get("hlo", "")),
-                      signature=signature_from_json(text) if isinstance(text, str) else None)
+    return LoadedExecutable(program, text if isinstance(text, str) else None, hlo=str(program.meta.get("hlo", "")))
 
 
 def load_target(name_or_path: str) -> Any:

@@ -82,3 +82,27 @@ def test_the_built_in_schedulers_are_those_backend_schedule_registers():
 def test_numpy_inputs_never_need_torch():
     array = np.arange(4, dtype=np.float32)
     assert _is_array(array) and to_numpy(array) is array and to_numpy(1.5).dtype == np.float64
+
+
+def test_running_a_torch_models_neff_needs_no_torch(tmp_path):
+    """`neuronc run` and `profile` feed the program its own inputs: the calling convention stored in the .neff
+    (torch pytree specs) is rebuilt only when a caller passes the model's arguments."""
+    import torch  # noqa: PLC0415 - this test's own model; the probed processes must not import it
+
+    import compiler  # noqa: PLC0415
+    from compiler.driver import load  # noqa: PLC0415
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU()).eval()
+    x = torch.randn(2, 8)
+    compiler.compile(model, (x,), cache=False, quiet=True).save(tmp_path / "m.neff")
+    np.save(tmp_path / "x.npy", x.numpy())
+    for command in ("run", "profile"):
+        ran, _ = _cli([command, "m.neff", "--inputs", "x.npy", "--checks", "off", "--quiet"], tmp_path)
+        assert ran["code"] == 0 and "isa.emulator" in ran["loaded"] and "torch" not in ran["loaded"]
+    loaded = load(tmp_path / "m.neff")
+    assert loaded.signature is not None and loaded.signature.in_spec is not None  # rebuilt when asked for
+    with torch.no_grad():
+        np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-5, atol=1e-5)
+    outputs, profile = loaded.run_program_inputs([x.numpy()])
+    np.testing.assert_array_equal(outputs[0], loaded.run(x.numpy())[0])
+    assert profile.time_us > 0
