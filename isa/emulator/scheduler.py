@@ -15,6 +15,14 @@ Timing (figures from the target file, rules from machine-model.md):
   is free, and moves ``transfer_bytes`` at ``min(queue_bytes_per_ns, hbm_bytes_per_ns / n)``
   where n is the number of active transfers touching HBM (fair share, recomputed whenever a
   transfer starts or finishes).
+- Where that share can never bind (``share_can_bind``: hbm_bytes_per_ns / queues >= queue_bytes_per_ns, as on
+  trn1; a queue has one active transfer at a time, so n <= queues), every transfer moves at the queue rate and
+  ends at start + transfer_bytes / queue_bytes_per_ns, known when it starts: one DMA_DONE event per transfer,
+  nothing to reschedule (``_ready_q``/``_done_q``). The fair-share path reaches the same ends through a chain of
+  rounded ``remaining -= rate * elapsed`` updates and completes a transfer once within EPS_BYTES * max(1, rate)
+  bytes of its end (with any other that close to its own end), so its times can differ in the last bits (~1e-16
+  relative on the stored programs, ~EPS_BYTES ns at most) and two completions that close can fire as one event
+  or two; each queue's order is the same (tests/isa/test_scheduler.py compares the two paths).
 """
 
 from __future__ import annotations
@@ -79,9 +87,16 @@ class Timeline:
     increments: dict[int, list[tuple[int, bool]]] = field(default_factory=lambda: defaultdict(list))
 
 
+def share_can_bind(target: Target) -> bool:
+    """Whether the HBM fair share can slow a transfer below its queue's rate on ``target`` (with every queue busy)."""
+    dma = target.data["dma"]
+    return target.data["hbm"]["bytes_per_ns"] / dma["queues"] < dma["queue_bytes_per_ns"]
+
+
 class Scheduler:
     def __init__(self, ops: list[Op], target: Target, observer: Observer | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, fair_share: bool = False):
+        """``fair_share``: the fair-share DMA path even where the share cannot bind (tests compare the two)."""
         self.ops = ops
         self.streams = {e: Stream(e, [op for op in ops if op.engine == e]) for e in ENGINES}
         n_sems = target.data["semaphores"]
@@ -111,6 +126,9 @@ class Scheduler:
         self.timeline = Timeline([nan] * len(ops), [nan] * len(ops))
         self.handlers = {START: self._start, DONE: self._done, DMA_READY: self._dma_ready,
                          DMA_DONE: self._dma_done}
+        if not (fair_share or share_can_bind(target)):  # every transfer at the queue rate (module doc)
+            self.handlers[DMA_READY], self.handlers[DMA_DONE] = self._ready_q, self._done_q
+        self.sources = [f"dma.q{queue}" for queue in range(dma["queues"])]
         # straight-line code without an observer takes shortcuts that change no time or order (see _start)
         self.direct = observer is None and type(self)._next_position is Scheduler._next_position
         # and leaves the numerics to its caller: timing does not depend on data, so running ``executed`` in order
@@ -252,6 +270,32 @@ class Scheduler:
 
     # DMA queues ------------------------------------------------------------------------------
 
+    def _ready_q(self, op: Op) -> None:
+        """``_dma_ready`` at the queue rate: no other transfer's end changes."""
+        if self.queue_busy[op.queue]:
+            self.fifo[op.queue].append(op)
+        else:
+            self._begin_q(op)
+
+    def _begin_q(self, op: Op) -> None:
+        self.queue_busy[op.queue] = True
+        self.timeline.transfer_start[op.index] = self.now
+        if self.observer:
+            self.observer.on_transfer(op)
+        if not self.defer:
+            op.run()
+        self.executed.append(op.run)
+        self._push(self.now + op.transfer_bytes / self.queue_rate, DMA_DONE, op)
+
+    def _done_q(self, op: Op) -> None:
+        """``_dma_done`` at the queue rate: ``op``'s transfer ends now; the next one on its queue starts."""
+        self.timeline.transfer_end[op.index] = self.now
+        queue = op.queue
+        self.queue_busy[queue] = False
+        self._fire(op, self.sources[queue], True)
+        if self.fifo[queue]:
+            self._begin_q(self.fifo[queue].popleft())
+
     def _dma_ready(self, op: Op) -> None:
         self.fifo[op.queue].append(op)
         if not self.queue_busy[op.queue]:
@@ -330,7 +374,7 @@ class Scheduler:
             op = transfer.op
             self.timeline.transfer_end[op.index] = now
             self.queue_busy[op.queue] = False
-            self._fire(op, f"dma.q{op.queue}", True)
+            self._fire(op, self.sources[op.queue], True)
         started = len(active)
         for transfer in finished:
             queue = transfer.op.queue
