@@ -15,6 +15,14 @@ Timing (figures from the target file, rules from machine-model.md):
   is free, and moves ``transfer_bytes`` at ``min(queue_bytes_per_ns, hbm_bytes_per_ns / n)``
   where n is the number of active transfers touching HBM (fair share, recomputed whenever a
   transfer starts or finishes).
+- Where that share can never bind (``share_can_bind``: hbm_bytes_per_ns / queues >= queue_bytes_per_ns, as on
+  trn1; a queue has one active transfer at a time, so n <= queues), every transfer moves at the queue rate and
+  ends at start + transfer_bytes / queue_bytes_per_ns, known when it starts: one DMA_DONE event per transfer,
+  nothing to reschedule (``_ready_q``/``_done_q``). The fair-share path reaches the same ends through a chain of
+  rounded ``remaining -= rate * elapsed`` updates and completes a transfer once within EPS_BYTES * max(1, rate)
+  bytes of its end (with any other that close to its own end), so its times can differ in the last bits (~1e-16
+  relative on the stored programs, ~EPS_BYTES ns at most) and two completions that close can fire as one event
+  or two; each queue's order is the same (tests/isa/test_scheduler.py compares the two paths).
 """
 
 from __future__ import annotations
@@ -79,11 +87,21 @@ class Timeline:
     increments: dict[int, list[tuple[int, bool]]] = field(default_factory=lambda: defaultdict(list))
 
 
+def share_can_bind(target: Target) -> bool:
+    """Whether the HBM fair share can slow a transfer below its queue's rate on ``target`` (with every queue busy)."""
+    dma = target.data["dma"]
+    return target.data["hbm"]["bytes_per_ns"] / dma["queues"] < dma["queue_bytes_per_ns"]
+
+
 class Scheduler:
     def __init__(self, ops: list[Op], target: Target, observer: Observer | None = None,
-                 progress: Callable[[int, int], None] | None = None):
+                 progress: Callable[[int, int], None] | None = None, fair_share: bool = False):
+        """``fair_share``: the fair-share DMA path even where the share cannot bind (tests compare the two)."""
         self.ops = ops
-        self.streams = {e: Stream(e, [op for op in ops if op.engine == e]) for e in ENGINES}
+        by_engine: dict[str, list[Op]] = {e: [] for e in ENGINES}
+        for op in ops:
+            by_engine[op.engine].append(op)
+        self.streams = {e: Stream(e, by_engine[e]) for e in ENGINES}
         n_sems = target.data["semaphores"]
         self.sems = [0] * n_sems
         self.sem_source = [""] * n_sems
@@ -111,6 +129,15 @@ class Scheduler:
         self.timeline = Timeline([nan] * len(ops), [nan] * len(ops))
         self.handlers = {START: self._start, DONE: self._done, DMA_READY: self._dma_ready,
                          DMA_DONE: self._dma_done}
+        if not (fair_share or share_can_bind(target)):  # every transfer at the queue rate (module doc)
+            self.handlers[DMA_READY], self.handlers[DMA_DONE] = self._ready_q, self._done_q
+            self._arrive = self._arrive_q
+        # queue-rate path (_arrive_q): when the last transfer given to each queue ends; the transfers that wait
+        # behind one that has not arrived yet (by its index), and the last such list of each queue
+        self.queue_end = [0.0] * dma["queues"]
+        self.behind: dict[int, list[Op]] = {}
+        self.held: list[list[Op] | None] = [None] * dma["queues"]
+        self.sources = [f"dma.q{queue}" for queue in range(dma["queues"])]
         # straight-line code without an observer takes shortcuts that change no time or order (see _start)
         self.direct = observer is None and type(self)._next_position is Scheduler._next_position
         # and leaves the numerics to its caller: timing does not depend on data, so running ``executed`` in order
@@ -124,14 +151,43 @@ class Scheduler:
             if not stream.ops and self.observer:
                 self.observer.on_stream_end(stream.name)
             self._try_issue(stream, None)
-        heap, handlers = self.heap, self.handlers
-        while heap:
-            time, _, _, kind, payload = heapq.heappop(heap)
-            self.now = time
-            handlers[kind](payload)
+        if self.handlers[DMA_DONE] == self._done_q:
+            self._loop_q()
+        else:
+            heap, handlers, pop = self.heap, self.handlers, heapq.heappop
+            while heap:
+                time, _, _, kind, payload = pop(heap)
+                self.now = time
+                handlers[kind](payload)
         self._check_finished()
         self.timeline.time_ns = self.now if self.now >= self.horizon else self.horizon
         return self.timeline
+
+    def _loop_q(self) -> None:
+        """``run``'s event loop with ``_done_q`` and its ``_begin_q`` inline (a DMA_DONE per transfer: most events)."""
+        heap, handlers, pop, push, seq = self.heap, self.handlers, heapq.heappop, heapq.heappush, self.seq
+        fifos, sources, rate, observer = self.fifo, self.sources, self.queue_rate, self.observer
+        transfer_start, transfer_end = self.timeline.transfer_start, self.timeline.transfer_end
+        executed = self.executed
+        while heap:
+            time, _, _, kind, payload = pop(heap)
+            self.now = time
+            if kind != DMA_DONE:
+                handlers[kind](payload)
+                continue
+            transfer_end[payload.index] = time
+            if payload.signals:
+                self._fire(payload, sources[payload.queue], True)
+            fifo = fifos[payload.queue]
+            if fifo:
+                op = fifo.popleft()
+                transfer_start[op.index] = time
+                if observer:
+                    observer.on_transfer(op)
+                if not self.defer:
+                    op.run()
+                executed.append(op.run)
+                push(heap, (time + op.transfer_bytes / rate, -1, next(seq), DMA_DONE, op))
 
     def _push(self, time: float, kind: int, payload: object, order: int = -1) -> None:
         """Events fire in time order; at equal times in program order (``order``: instruction index)."""
@@ -143,25 +199,28 @@ class Scheduler:
         if stream.pending or stream.pos >= len(stream.ops):
             return
         op = stream.ops[stream.pos]
-        sems = self.sems
-        for sem, wanted in op.waits:
-            if sems[sem] < wanted:
-                self.waiters[sem].append(stream)
-                return
-        if op.is_load:
-            earliest = max(stream.last_start, stream.load_end)
-        else:
-            earliest = max(stream.end, stream.load_end)
-        if cause is not None and self.now > earliest:
-            self.timeline.stalls[stream.name][self.sem_source[cause]] += self.now - earliest
+        if op.waits:
+            sems = self.sems
+            for sem, wanted in op.waits:
+                if sems[sem] < wanted:
+                    self.waiters[sem].append(stream)
+                    return
+        earliest = stream.last_start if op.is_load else stream.end  # max(that, stream.load_end)
+        if stream.load_end > earliest:
+            earliest = stream.load_end
+        now = self.now
+        if now > earliest:
+            if cause is not None:
+                self.timeline.stalls[stream.name][self.sem_source[cause]] += now - earliest
+            earliest = now
         stream.pending = True
-        self._push(max(self.now, earliest), START, op, op.index)
+        heapq.heappush(self.heap, (earliest, op.index, next(self.seq), START, op))
 
     def _start(self, op: Op) -> None:
         stream = self.streams[op.engine]
         now = self.now
         stream.pending = False
-        stream.pos = self._next_position(stream, op)
+        stream.pos = stream.pos + 1 if self.direct else self._next_position(stream, op)
         stream.last_start = now
         end = now + op.duration
         if op.is_load:
@@ -173,6 +232,9 @@ class Scheduler:
             self.observer.on_start(op)
             if stream.pos >= len(stream.ops):
                 self.observer.on_stream_end(stream.name)
+        self.started += 1
+        if self.progress and not self.started & 1023:
+            self.progress(self.started, len(self.ops))
         if op.queue < 0:  # dma moves its data when the transfer starts
             if not self.defer:
                 op.run()
@@ -183,28 +245,19 @@ class Scheduler:
                 if end > self.horizon:
                     self.horizon = end
             else:
-                self._push(end, DONE, op, op.index)
+                heapq.heappush(self.heap, (end, op.index, next(self.seq), DONE, op))
         elif self.direct:
             # a DMA trigger's end only schedules the transfer's arrival at its queue: scheduled now, and the
             # triggers after it that wait on nothing start now too (see _triggers)
             self.timeline.end[op.index] = end
-            self._push(end + self.fixed_ns, DMA_READY, op, op.index)
-            self._count()
-            self._triggers(stream)
-            self._try_issue(stream, None)
-            return
+            self._triggers(stream, op, end + self.fixed_ns)
         else:
-            self._push(end, DONE, op, op.index)
-        self._count()
+            heapq.heappush(self.heap, (end, op.index, next(self.seq), DONE, op))
         self._try_issue(stream, None)
 
-    def _count(self) -> None:
-        self.started += 1
-        if self.progress and not self.started & 1023:
-            self.progress(self.started, len(self.ops))
-
-    def _triggers(self, stream: Stream) -> None:
-        """Start the DMA triggers that follow on ``stream`` and wait on nothing, without their START events.
+    def _triggers(self, stream: Stream, first: Op, ready: float) -> None:
+        """Give ``first``'s transfer (a DMA trigger started now) to its queue at ``ready``, then start the DMA
+        triggers that follow on ``stream`` and wait on nothing, without their START events.
 
         A trigger runs no numerics (its transfer does, from its queue) and nothing else observes its start, so
         each one's START and DONE are known now: the start is where ``_try_issue`` would put it (after the
@@ -213,21 +266,32 @@ class Scheduler:
         (time, instruction), and one instruction's own events are still pushed in time order. The stream's
         next instruction that waits is then issued now instead of at the last trigger's start, which gives the
         same start and stall: it cannot start before that trigger ends."""
+        arriving, readies = [first], [ready]
         ops, start_of, end_of = stream.ops, self.timeline.start, self.timeline.end
-        fixed = self.fixed_ns
-        while stream.pos < len(ops):
-            op = ops[stream.pos]
+        fixed, pos, n = self.fixed_ns, stream.pos, len(stream.ops)
+        last, end, load_end = stream.last_start, stream.end, stream.load_end
+        while pos < n:
+            op = ops[pos]
             if op.queue < 0 or op.waits or op.is_load:
-                return
-            earliest = stream.end if stream.end >= stream.load_end else stream.load_end
-            now = stream.last_start if stream.last_start >= earliest else earliest  # max(issue time, earliest)
-            stream.pos += 1
-            stream.last_start = now
-            end = stream.end = now + op.duration
+                break
+            earliest = end if end >= load_end else load_end
+            now = last if last >= earliest else earliest  # max(issue time, earliest)
+            pos += 1
+            last = now
+            end = now + op.duration
             start_of[op.index] = now
             end_of[op.index] = end
-            self._push(end + fixed, DMA_READY, op, op.index)
-            self._count()
+            arriving.append(op)
+            readies.append(end + fixed)
+        stream.pos, stream.last_start, stream.end = pos, last, end
+        if self.progress:
+            for _ in range(len(arriving) - 1):
+                self.started += 1
+                if not self.started & 1023:
+                    self.progress(self.started, len(self.ops))
+        else:
+            self.started += len(arriving) - 1
+        self._arrive(arriving, readies)
 
     def _next_position(self, stream: Stream, op: Op) -> int:
         """Where the stream goes on once `op` starts (straight-line code: the next instruction)."""
@@ -236,21 +300,85 @@ class Scheduler:
     def _done(self, op: Op) -> None:
         self.timeline.end[op.index] = self.now
         if op.queue >= 0:
-            self._push(self.now + self.fixed_ns, DMA_READY, op, op.index)
+            self._arrive([op], [self.now + self.fixed_ns])
         else:
             self._fire(op, op.engine, False)
 
     def _fire(self, op: Op, source: str, transfer: bool) -> None:
+        sems, sem_source, increments, waiters = self.sems, self.sem_source, self.timeline.increments, self.waiters
         for sem in op.signals:
-            self.sems[sem] += 1
-            self.sem_source[sem] = source
-            self.timeline.increments[sem].append((op.index, transfer))
+            sems[sem] += 1
+            sem_source[sem] = source
+            increments[sem].append((op.index, transfer))
             if self.observer:
                 self.observer.on_signal(op, transfer, sem)
-            for stream in self.waiters.pop(sem, ()):
-                self._try_issue(stream, sem)
+            if sem in waiters:
+                for stream in waiters.pop(sem):
+                    self._try_issue(stream, sem)
 
     # DMA queues ------------------------------------------------------------------------------
+
+    def _arrive(self, ops: list[Op], readies: list[float]) -> None:
+        """The transfers of ``ops`` (in trigger order) reach their queues at ``readies``: their triggers have been
+        scheduled."""
+        heap, seq = self.heap, self.seq
+        for op, ready in zip(ops, readies):
+            heapq.heappush(heap, (ready, op.index, next(seq), DMA_READY, op))
+
+    def _arrive_q(self, ops: list[Op], readies: list[float]) -> None:
+        """``_arrive`` at the queue rate. Transfers reach a queue in trigger order (SP is in order and the fixed
+        cost is the same for all), and each ends at its start + transfer_bytes / rate, its start being its arrival
+        or its predecessor's end if that is later: so each queue's timeline is known as its transfers are
+        triggered. One that will find its queue busy needs no event: it joins the queue's fifo now, or, if a
+        transfer before it on the queue has not arrived yet, when that one starts (``_ready_q``). Either way it is
+        in the fifo when its predecessor ends, and the fifo holds nothing else then that its arrival would not
+        have put there (a transfer that waits arrives before its predecessor's end)."""
+        queue_end, held, fifo, rate = self.queue_end, self.held, self.fifo, self.queue_rate
+        heap, seq = self.heap, self.seq
+        for op, ready in zip(ops, readies):
+            queue = op.queue
+            start = queue_end[queue]
+            if start > ready:
+                waiting = held[queue]
+                if waiting is None:
+                    fifo[queue].append(op)
+                else:
+                    waiting.append(op)
+            else:  # the queue is free when it arrives (a DMA_DONE at the same time fires first): it starts then
+                heapq.heappush(heap, (ready, op.index, next(seq), DMA_READY, op))
+                held[queue] = self.behind[op.index] = []
+                start = ready
+            queue_end[queue] = start + op.transfer_bytes / rate
+
+    def _ready_q(self, op: Op) -> None:
+        """``_dma_ready`` at the queue rate: the queue is free (``_arrive_q``); the transfers held behind this one
+        join the fifo."""
+        self._begin_q(op)
+        held = self.behind.pop(op.index)
+        if held:
+            self.fifo[op.queue].extend(held)
+        if self.held[op.queue] is held:
+            self.held[op.queue] = None
+
+    def _begin_q(self, op: Op) -> None:
+        now = self.now
+        self.timeline.transfer_start[op.index] = now
+        if self.observer:
+            self.observer.on_transfer(op)
+        if not self.defer:
+            op.run()
+        self.executed.append(op.run)
+        heapq.heappush(self.heap, (now + op.transfer_bytes / self.queue_rate, -1, next(self.seq), DMA_DONE, op))
+
+    def _done_q(self, op: Op) -> None:
+        """``_dma_done`` at the queue rate: ``op``'s transfer ends now; the next one on its queue starts (``run`` has
+        this inline: ``_loop_q``)."""
+        self.timeline.transfer_end[op.index] = self.now
+        if op.signals:
+            self._fire(op, self.sources[op.queue], True)
+        fifo = self.fifo[op.queue]
+        if fifo:
+            self._begin_q(fifo.popleft())
 
     def _dma_ready(self, op: Op) -> None:
         self.fifo[op.queue].append(op)
@@ -330,7 +458,7 @@ class Scheduler:
             op = transfer.op
             self.timeline.transfer_end[op.index] = now
             self.queue_busy[op.queue] = False
-            self._fire(op, f"dma.q{op.queue}", True)
+            self._fire(op, self.sources[op.queue], True)
         started = len(active)
         for transfer in finished:
             queue = transfer.op.queue
