@@ -75,6 +75,19 @@ def _check_structure(index: int, inst: Instruction) -> OpcodeSpec:
 ENGINE_COSTS = frozenset({"dma", "sync", "control", "reg_load", "branch"})
 
 
+def _windows(base: np.ndarray, dt: np.dtype, shape: tuple[int, ...], strides: tuple[int, ...]) -> np.ndarray | None:
+    """Every view of this layout over ``base``, by its byte offset: ``windows[offset]`` is
+    ``np.ndarray(shape, dt, base, offset, strides)`` (same memory, shape, strides and flags, the alignment
+    found for its own address) at a fraction of the constructor's cost. None when a stride is negative or the
+    layout does not fit in ``base``."""
+    if any(stride < 0 for stride in strides):
+        return None
+    positions = base.nbytes - (sum(stride * (count - 1) for stride, count in zip(strides, shape)) + dt.itemsize)
+    if positions < 0:
+        return None
+    return np.ndarray((positions + 1, *shape), dt, base, 0, (1, *strides))
+
+
 def _reshaped(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``src.reshape(shape)`` when that is a view of the same memory (no copy), else None."""
     view = src.view()
@@ -94,6 +107,23 @@ def _dma_runner(dst: np.ndarray, src: np.ndarray) -> Runner:
     return partial(dst.__setitem__, Ellipsis, source)
 
 
+class _Plan:
+    """What decoding needs of one instruction structure (engine, opcode, operand names), found once: the spec,
+    the cost (a fixed figure when it depends only on the engine), the operands' access kinds in the
+    instruction's order and the side a dma_indirect addresses through its index tile."""
+
+    __slots__ = ("spec", "cost", "duration", "dependent", "kinds", "side")
+
+    def __init__(self, spec: OpcodeSpec, inst: Instruction, target: Target, dependent: frozenset[str]):
+        self.spec = spec
+        self.cost = COSTS[spec.cost]
+        self.duration = self.cost(target, inst) if spec.cost in ENGINE_COSTS else None
+        self.dependent = inst.engine in dependent
+        access = {o.name: o.access for o in spec.operands}
+        self.kinds = tuple(access[name] for name in inst.operands)
+        self.side = indirect_side(inst.opcode, inst.attrs)
+
+
 def decode_program(program: Program, target: Target, memory: Memory, *, rules: bool = True,
                    state: EngineState | None = None) -> list[Op]:
     """Check every instruction's rules (unless ``rules=False``) and build its ``Op`` (views over
@@ -102,81 +132,89 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     Per-instruction work is kept to dictionary lookups: the compiler's programs share one
     ``AccessPattern`` object per distinct pattern (the .neff decoder builds one per encoding), so views,
     DMA run counts and sizes are looked up by identity, and found per geometry (the pattern but its start)
-    when new; costs that depend only on the target and engine are computed once per engine."""
-    checker = RuleChecker(program, target) if rules else None
+    when new; what depends only on an instruction's structure (engine, opcode, operand names) is found once
+    per structure, and costs that depend only on the target and engine once per engine. A dma (most of a
+    program) takes a short path of its own."""
+    check = RuleChecker(program, target).check if rules else None
     state = state or EngineState(target.partitions)
     stationary_k = 0
     previous: dict[str, Instruction] = {}  # the last instruction of each engine so far
-    access: dict[str, dict[str, str]] = {name: {o.name: o.access for o in spec.operands}
-                                         for name, spec in OPCODES.items()}
     geometry_of = memory.geometry_of
-    # id(pattern) -> (its view, contiguous_runs, nbytes); patterns live as long as the program
-    by_id: dict[int, tuple[np.ndarray, int, int]] = {}
-    # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, runs, nbytes)
+    # id(pattern) -> (its view, contiguous_runs, nbytes, is it in HBM); patterns live as long as the program
+    by_id: dict[int, tuple[np.ndarray, int, int, bool]] = {}
+    # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, runs, nbytes, hbm)
     geometries: dict[tuple, tuple] = {}
-    engine_costs: dict[tuple[str, str], float] = {}
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
     dependent = frozenset(target.data["stream"]["dependent_overhead_engines"])
-    structures: dict[tuple, OpcodeSpec] = {}
+    plans: dict[tuple, _Plan] = {}
     ops: list[Op] = []
     append = ops.append
     ndarray = np.ndarray
 
-    def info_of(ap: AccessPattern) -> tuple[np.ndarray, int, int]:
-        """(view, contiguous runs, bytes) of a pattern not seen before; the last two and the view's layout
-        are the same for patterns that differ only in where they start."""
-        key = (ap.memory, ap.tensor, ap.dtype, ap.pattern, ap.partitions, ap.partition_stride)
+    def info_of(ap: AccessPattern) -> tuple[np.ndarray, int, int, bool]:
+        """(view, contiguous runs, bytes, in HBM) of a pattern not seen before; all but the view, and the
+        view's layout, are the same for patterns that differ only in where they start."""
+        key = (ap.pattern, ap.memory, ap.tensor, ap.dtype, ap.partitions, ap.partition_stride)
         geometry = geometries.get(key)
         if geometry is None:
-            geometry = geometries[key] = (*geometry_of(ap), contiguous_runs(ap), ap.nbytes)
-        base, dt, shape, strides, row, runs, nbytes = geometry
+            base, dt, shape, strides, row = layout = geometry_of(ap)
+            geometry = geometries[key] = (*layout, _windows(base, dt, shape, strides), contiguous_runs(ap),
+                                          ap.nbytes, ap.memory == "hbm")
+        base, dt, shape, strides, row, windows, runs, nbytes, hbm = geometry
         offset = ap.offset if row is None else ap.start_partition * row + ap.offset
-        info = by_id[id(ap)] = (ndarray(shape, dt, base, offset, strides), runs, nbytes)
+        if windows is not None and 0 <= offset < len(windows):
+            view = windows[offset]
+        else:
+            view = ndarray(shape, dt, base, offset, strides)
+        info = by_id[id(ap)] = (view, runs, nbytes, hbm)
         return info
-
-    def view_of(ap: AccessPattern) -> np.ndarray:
-        return (by_id.get(id(ap)) or info_of(ap))[0]
 
     for index, inst in enumerate(program.instructions):
         engine, opcode, operands = inst.engine, inst.opcode, inst.operands
-        if checker is not None:
-            spec = checker.check(index, inst)
+        key = (engine, opcode, *operands)
+        plan = plans.get(key)
+        if plan is None:
+            spec = check(index, inst) if check is not None else _check_structure(index, inst)
+            plan = plans[key] = _Plan(spec, inst, target, dependent)
+        elif check is not None:
+            check(index, inst)
+        waits, signals = inst.waits, inst.signals
+        if waits:
+            waits = tuple([(int(s), int(v)) for s, v in waits])
         else:
-            spec = structures.get((engine, opcode, *operands))
-            if spec is None:
-                spec = structures[engine, opcode, *operands] = _check_structure(index, inst)
-        waits = tuple([(int(s), int(v)) for s, v in inst.waits]) if inst.waits else ()
-        signals = tuple([int(s) for s in inst.signals]) if inst.signals else ()
-        cost = spec.cost
-        if cost in ENGINE_COSTS:
-            duration = engine_costs.get((cost, engine))
-            if duration is None:
-                duration = engine_costs[cost, engine] = COSTS[cost](target, inst)
-        else:
-            duration = COSTS[cost](target, inst)
-            if engine in dependent:
+            waits = ()
+        signals = tuple([int(s) for s in signals]) if signals else ()
+        duration = plan.duration
+        if opcode == "dma":  # the bulk of a program: its own short path
+            if duration is None:  # a dma on an engine whose cost is not fixed: not the table's
+                duration = plan.cost(target, inst)
+            dst, src = operands["dst"], operands["src"]
+            dst_view, dst_runs, _, dst_hbm = by_id.get(id(dst)) or info_of(dst)
+            src_view, src_runs, nbytes, src_hbm = by_id.get(id(src)) or info_of(src)
+            if src_view.shape == dst_view.shape:
+                run = partial(dst_view.__setitem__, Ellipsis, src_view)
+            else:
+                run = _dma_runner(dst_view, src_view)
+            append(Op(index, inst, engine, opcode, waits, signals, duration, run, (src,), (dst,), 0,
+                      int(inst.attrs.get("queue", 0)),
+                      nbytes + overhead * (src_runs if src_runs > dst_runs else dst_runs),  # dma_effective_bytes
+                      nbytes if src_hbm else 0, nbytes if dst_hbm else 0))
+            if plan.dependent:
+                previous[engine] = inst
+            continue
+        if duration is None:
+            duration = plan.cost(target, inst)
+            if plan.dependent:
                 duration += dependent_extra(target, inst, previous.get(engine))
         previous[engine] = inst
-        if opcode == "dma":  # the bulk of a program: its own short path
-            dst, src = operands["dst"], operands["src"]
-            dst_view, dst_runs, _ = by_id.get(id(dst)) or info_of(dst)
-            src_view, src_runs, nbytes = by_id.get(id(src)) or info_of(src)
-            transfer = nbytes + overhead * (src_runs if src_runs > dst_runs else dst_runs)  # dma_effective_bytes
-            append(Op(index, inst, engine, opcode, waits, signals, duration, _dma_runner(dst_view, src_view),
-                      (src,), (dst,), 0, int(inst.attrs.get("queue", 0)), transfer,
-                      nbytes if src.memory == "hbm" else 0, nbytes if dst.memory == "hbm" else 0))
-            continue
-        kinds = access[opcode]
-        side = indirect_side(opcode, inst.attrs)  # dma_indirect: resolved per run, no static view
-        moved = ("dst", "src") if side else ()  # dma_indirect: its rows come from resolve() at transfer time
+        side = plan.side  # dma_indirect: resolved per run, no static view
         views: dict[str, np.ndarray] = {}
         read_aps: list[AccessPattern] = []
         write_aps: list[AccessPattern] = []
-        for name, ap in operands.items():
+        for (name, ap), kind in zip(operands.items(), plan.kinds):
             if name != side:
-                views[name] = view_of(ap)
-            if name not in moved:
-                kind = kinds[name]
+                views[name] = (by_id.get(id(ap)) or info_of(ap))[0]
+            if side is None or (name != "dst" and name != "src"):  # dma_indirect: rows from resolve()
                 if kind == "r":
                     read_aps.append(ap)
                 elif kind == "w":
