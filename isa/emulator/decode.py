@@ -124,6 +124,37 @@ class _Plan:
         self.side = indirect_side(inst.opcode, inst.attrs)
 
 
+class _Twin:
+    """What instructions of one structure, operands (pattern objects) and attributes share: the numerics closure,
+    the patterns read and written, and the cost before the dependent overhead."""
+
+    __slots__ = ("run", "reads", "writes", "duration")
+
+    def __init__(self, run: Runner, reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
+                 duration: float):
+        self.run, self.reads, self.writes, self.duration = run, reads, writes, duration
+
+
+def _built(inst: Instruction, plan: _Plan, target: Target, state: EngineState,
+           by_id: dict[int, tuple], info_of: Callable[[AccessPattern], tuple]
+           ) -> tuple[Runner, tuple[AccessPattern, ...], tuple[AccessPattern, ...], float]:
+    """The numerics closure, reads, writes and cost (before the dependent overhead) of an instruction that is
+    not a DMA."""
+    views: dict[str, np.ndarray] = {}
+    reads: list[AccessPattern] = []
+    writes: list[AccessPattern] = []
+    for (name, ap), kind in zip(inst.operands.items(), plan.kinds):
+        views[name] = (by_id.get(id(ap)) or info_of(ap))[0]
+        if kind == "r":
+            reads.append(ap)
+        elif kind == "w":
+            writes.append(ap)
+    if inst.opcode == "multiply_moving" and inst.attrs.get("acc", 0):
+        reads.append(inst.operands["dst"])
+    duration = plan.duration if plan.duration is not None else plan.cost(target, inst)
+    return BUILDERS[inst.opcode](Ctx(inst, views, state)), tuple(reads), tuple(writes), duration
+
+
 def decode_program(program: Program, target: Target, memory: Memory, *, rules: bool = True,
                    state: EngineState | None = None) -> list[Op]:
     """Check every instruction's rules (unless ``rules=False``) and build its ``Op`` (views over
@@ -138,10 +169,14 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     check = RuleChecker(program, target).check if rules else None
     state = state or EngineState(target.partitions)
     stationary_k = 0
-    previous: dict[str, Instruction] = {}  # the last instruction of each engine so far
+    # the last instruction of each engine so far (engines with a dependent overhead), with its twin (None: none)
+    previous: dict[str, tuple[Instruction, _Twin | None]] = {}
+    twins: dict[tuple, _Twin] = {}
+    extras: dict[tuple[_Twin, _Twin | None], float] = {}  # a twin's duration after a twin on its engine
     geometry_of = memory.geometry_of
-    # id(pattern) -> (its view, contiguous_runs, nbytes, is it in HBM); patterns live as long as the program
-    by_id: dict[int, tuple[np.ndarray, int, int, bool]] = {}
+    # id(pattern) -> (its view, its shape, contiguous_runs, nbytes, is it in HBM); patterns live as long as the
+    # program
+    by_id: dict[int, tuple[np.ndarray, tuple[int, ...], int, int, bool]] = {}
     # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, runs, nbytes, hbm)
     geometries: dict[tuple, tuple] = {}
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
@@ -151,8 +186,8 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     append = ops.append
     ndarray = np.ndarray
 
-    def info_of(ap: AccessPattern) -> tuple[np.ndarray, int, int, bool]:
-        """(view, contiguous runs, bytes, in HBM) of a pattern not seen before; all but the view, and the
+    def info_of(ap: AccessPattern) -> tuple[np.ndarray, tuple[int, ...], int, int, bool]:
+        """(view, its shape, contiguous runs, bytes, in HBM) of a pattern not seen before; all but the view, and the
         view's layout, are the same for patterns that differ only in where they start."""
         key = (ap.pattern, ap.memory, ap.tensor, ap.dtype, ap.partitions, ap.partition_stride)
         geometry = geometries.get(key)
@@ -166,7 +201,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             view = windows[offset]
         else:
             view = ndarray(shape, dt, base, offset, strides)
-        info = by_id[id(ap)] = (view, runs, nbytes, hbm)
+        info = by_id[id(ap)] = (view, shape, runs, nbytes, hbm)
         return info
 
     for index, inst in enumerate(program.instructions):
@@ -189,9 +224,9 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             if duration is None:  # a dma on an engine whose cost is not fixed: not the table's
                 duration = plan.cost(target, inst)
             dst, src = operands["dst"], operands["src"]
-            dst_view, dst_runs, _, dst_hbm = by_id.get(id(dst)) or info_of(dst)
-            src_view, src_runs, nbytes, src_hbm = by_id.get(id(src)) or info_of(src)
-            if src_view.shape == dst_view.shape:
+            dst_view, dst_shape, dst_runs, _, dst_hbm = by_id.get(id(dst)) or info_of(dst)
+            src_view, src_shape, src_runs, nbytes, src_hbm = by_id.get(id(src)) or info_of(src)
+            if src_shape == dst_shape:
                 run = partial(dst_view.__setitem__, Ellipsis, src_view)
             else:
                 run = _dma_runner(dst_view, src_view)
@@ -200,44 +235,65 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
                       nbytes + overhead * (src_runs if src_runs > dst_runs else dst_runs),  # dma_effective_bytes
                       nbytes if src_hbm else 0, nbytes if dst_hbm else 0))
             if plan.dependent:
-                previous[engine] = inst
+                previous[engine] = (inst, None)
+            continue
+        attrs = inst.attrs
+        side = plan.side  # dma_indirect: resolved per run, no static view
+        if side is None:
+            # an instruction of the same structure, operands (the same pattern objects: the same views) and
+            # attributes as one decoded before runs the same numerics at the same cost: the repeated layers of a
+            # model reuse their tiles' addresses, so most instructions have a twin
+            twin_key = (plan, *map(id, operands.values()), *attrs, *attrs.values(), *map(type, attrs.values()))
+            twin = twins.get(twin_key)
+            if twin is None:
+                twin = twins[twin_key] = _Twin(*_built(inst, plan, target, state, by_id, info_of))
+            run, reads, writes, base = twin.run, twin.reads, twin.writes, twin.duration
+            if plan.dependent:  # the figure depends on the instruction before on the engine too
+                before = previous.get(engine)
+                pair = (twin, before[1] if before is not None else None)
+                duration = extras.get(pair)
+                if duration is None:
+                    duration = extras[pair] = base + dependent_extra(
+                        target, inst, before[0] if before is not None else None)
+                previous[engine] = (inst, twin)
+            else:
+                duration = base
+            op = Op(index, inst, engine, opcode, waits, signals, duration, run, reads, writes,
+                    is_load=opcode == "load_stationary")
+            if opcode == "load_stationary":
+                stationary_k = operands["src"].partitions
+            elif opcode == "multiply_moving":
+                dst = operands["dst"]
+                op.macs = stationary_k * dst.partitions * free_size(dst)
+            append(op)
             continue
         if duration is None:
             duration = plan.cost(target, inst)
             if plan.dependent:
-                duration += dependent_extra(target, inst, previous.get(engine))
-        previous[engine] = inst
-        side = plan.side  # dma_indirect: resolved per run, no static view
+                before = previous.get(engine)
+                duration += dependent_extra(target, inst, before[0] if before is not None else None)
+        if plan.dependent:
+            previous[engine] = (inst, None)
         views: dict[str, np.ndarray] = {}
         read_aps: list[AccessPattern] = []
         write_aps: list[AccessPattern] = []
         for (name, ap), kind in zip(operands.items(), plan.kinds):
             if name != side:
                 views[name] = (by_id.get(id(ap)) or info_of(ap))[0]
-            if side is None or (name != "dst" and name != "src"):  # dma_indirect: rows from resolve()
+            if name != "dst" and name != "src":  # dma_indirect: its rows come from resolve()
                 if kind == "r":
                     read_aps.append(ap)
                 elif kind == "w":
                     write_aps.append(ap)
-        indirect = IndirectTransfer(inst, memory, views, describe(index, inst)) if side else None
-        op = Op(index, inst, engine, opcode, waits, signals, duration,
-                indirect.run if indirect else BUILDERS[opcode](Ctx(inst, views, state)),
-                tuple(read_aps), tuple(write_aps), is_load=opcode == "load_stationary",
-                resolve=indirect.resolve if indirect else None)
-        if opcode == "load_stationary":
-            stationary_k = operands["src"].partitions
-        elif opcode == "multiply_moving":
-            dst = operands["dst"]
-            op.macs = stationary_k * dst.partitions * free_size(dst)
-            if inst.attrs.get("acc", 0):
-                op.reads = (*op.reads, dst)
-        elif indirect is not None:
-            op.queue = int(inst.attrs.get("queue", 0))
-            op.transfer_bytes = indirect_effective_bytes(target, inst)
-            nbytes = operands[side].nbytes
-            rmw = inst.attrs.get("rmw", "none") != "none"
-            direct = operands["dst" if side == "src" else "src"]
-            op.hbm_read = nbytes * (side == "src" or rmw) + (nbytes if direct.memory == "hbm" and side == "dst" else 0)
-            op.hbm_write = nbytes * (side == "dst") + (nbytes if direct.memory == "hbm" and side == "src" else 0)
+        indirect = IndirectTransfer(inst, memory, views, describe(index, inst))
+        op = Op(index, inst, engine, opcode, waits, signals, duration, indirect.run, tuple(read_aps),
+                tuple(write_aps), resolve=indirect.resolve)
+        op.queue = int(attrs.get("queue", 0))
+        op.transfer_bytes = indirect_effective_bytes(target, inst)
+        nbytes = operands[side].nbytes
+        rmw = attrs.get("rmw", "none") != "none"
+        direct = operands["dst" if side == "src" else "src"]
+        op.hbm_read = nbytes * (side == "src" or rmw) + (nbytes if direct.memory == "hbm" and side == "dst" else 0)
+        op.hbm_write = nbytes * (side == "dst") + (nbytes if direct.memory == "hbm" and side == "src" else 0)
         append(op)
     return ops
