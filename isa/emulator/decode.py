@@ -20,7 +20,7 @@ import numpy as np
 from isa.emulator.indirect import IndirectTransfer, indirect_effective_bytes
 from isa.emulator.kernels import BUILDERS, Ctx, EngineState, Runner
 from isa.emulator.memory import Memory
-from isa.emulator.rules import RuleChecker, describe, free_size
+from isa.emulator.rules import CheckedStructure, RuleChecker, describe, free_size
 from isa.emulator.timing import COSTS, contiguous_runs, dependent_extra
 from isa.errors import ProgramError
 from isa.instructions import OPCODES, OpcodeSpec, indirect_side
@@ -126,13 +126,14 @@ class _Plan:
 
 class _Twin:
     """What instructions of one structure, operands (pattern objects) and attributes share: the numerics closure,
-    the patterns read and written, and the cost before the dependent overhead."""
+    the patterns read and written, the cost before the dependent overhead, and the rule checker's structure."""
 
-    __slots__ = ("run", "reads", "writes", "duration")
+    __slots__ = ("run", "reads", "writes", "duration", "checked")
 
     def __init__(self, run: Runner, reads: tuple[AccessPattern, ...], writes: tuple[AccessPattern, ...],
-                 duration: float):
+                 duration: float, checked: CheckedStructure | None):
         self.run, self.reads, self.writes, self.duration = run, reads, writes, duration
+        self.checked = checked  # the rules' view of its structure (checks on)
 
 
 def _built(inst: Instruction, plan: _Plan, target: Target, state: EngineState,
@@ -166,13 +167,13 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     when new; what depends only on an instruction's structure (engine, opcode, operand names) is found once
     per structure, and costs that depend only on the target and engine once per engine. A dma (most of a
     program) takes a short path of its own."""
-    check = RuleChecker(program, target).check if rules else None
+    checker = RuleChecker(program, target) if rules else None
     state = state or EngineState(target.partitions)
     stationary_k = 0
     # the last instruction of each engine so far (engines with a dependent overhead), with its twin (None: none)
     previous: dict[str, tuple[Instruction, _Twin | None]] = {}
     twins: dict[tuple, _Twin] = {}
-    extras: dict[tuple[_Twin, _Twin | None], float] = {}  # a twin's duration after a twin on its engine
+    extras: dict[tuple[_Twin, _Twin], float] = {}  # a twin's duration after a twin on its engine
     geometry_of = memory.geometry_of
     # id(pattern) -> (its view, its shape, contiguous_runs, nbytes, is it in HBM); patterns live as long as the
     # program
@@ -209,10 +210,27 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         key = (engine, opcode, *operands)
         plan = plans.get(key)
         if plan is None:
-            spec = check(index, inst) if check is not None else _check_structure(index, inst)
+            spec = checker.structure(index, inst).spec if checker is not None else _check_structure(index, inst)
             plan = plans[key] = _Plan(spec, inst, target, dependent)
-        elif check is not None:
-            check(index, inst)
+        twin = None
+        if opcode == "dma" or plan.side is not None:
+            if checker is not None:
+                checker.check(index, inst)
+        else:
+            # an instruction of the same structure, operands (the same pattern objects: the same views) and
+            # attributes as one decoded before runs the same numerics at the same cost, and passes the same
+            # operand rules: the repeated layers of a model reuse their tiles' addresses, so most have a twin
+            attrs = inst.attrs
+            twin_key = (plan, *map(id, operands.values()), *attrs, *attrs.values(), *map(type, attrs.values()))
+            twin = twins.get(twin_key)
+            if twin is None:
+                checked = None
+                if checker is not None:
+                    checked = checker.structure(index, inst)
+                    checker.check_as(index, inst, checked)
+                twin = twins[twin_key] = _Twin(*_built(inst, plan, target, state, by_id, info_of), checked)
+            elif checker is not None:  # its operands passed as the twin's; its semaphores and opcode rule now
+                checker.check_as(index, inst, twin.checked, operands_known=True)
         waits, signals = inst.waits, inst.signals
         if waits:
             waits = tuple([(int(s), int(v)) for s, v in waits])
@@ -237,24 +255,19 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             if plan.dependent:
                 previous[engine] = (inst, None)
             continue
-        attrs = inst.attrs
-        side = plan.side  # dma_indirect: resolved per run, no static view
-        if side is None:
-            # an instruction of the same structure, operands (the same pattern objects: the same views) and
-            # attributes as one decoded before runs the same numerics at the same cost: the repeated layers of a
-            # model reuse their tiles' addresses, so most instructions have a twin
-            twin_key = (plan, *map(id, operands.values()), *attrs, *attrs.values(), *map(type, attrs.values()))
-            twin = twins.get(twin_key)
-            if twin is None:
-                twin = twins[twin_key] = _Twin(*_built(inst, plan, target, state, by_id, info_of))
+        if twin is not None:
             run, reads, writes, base = twin.run, twin.reads, twin.writes, twin.duration
             if plan.dependent:  # the figure depends on the instruction before on the engine too
                 before = previous.get(engine)
-                pair = (twin, before[1] if before is not None else None)
-                duration = extras.get(pair)
-                if duration is None:
-                    duration = extras[pair] = base + dependent_extra(
-                        target, inst, before[0] if before is not None else None)
+                if before is None:
+                    duration = base + dependent_extra(target, inst, None)
+                elif before[1] is None:  # after an instruction without a twin
+                    duration = base + dependent_extra(target, inst, before[0])
+                else:
+                    pair = (twin, before[1])
+                    duration = extras.get(pair)
+                    if duration is None:
+                        duration = extras[pair] = base + dependent_extra(target, inst, before[0])
                 previous[engine] = (inst, twin)
             else:
                 duration = base
@@ -267,6 +280,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
                 op.macs = stationary_k * dst.partitions * free_size(dst)
             append(op)
             continue
+        side, attrs = plan.side, inst.attrs  # dma_indirect: resolved per run, no static view of the side
         if duration is None:
             duration = plan.cost(target, inst)
             if plan.dependent:

@@ -102,7 +102,7 @@ def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
     return lo, hi + size
 
 
-class _Checked:
+class CheckedStructure:
     """What checking an instruction of an already valid structure needs (``RuleChecker.check``)."""
 
     __slots__ = ("spec", "rule", "valid", "dma")
@@ -129,12 +129,13 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes relative to the offset
-        self.geometries: dict[tuple, tuple[int, int]] = {}
+        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes [below, above) relative to the
+        # offset, the bytes its memory holds, its signature (dtype, partitions, free size)
+        self.geometries: dict[tuple, tuple[int, int, int, tuple[str, int, int]]] = {}
         self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid -> what
-        # checking an instruction of that structure needs (``_Checked``)
-        self.valid_structures: dict[tuple, _Checked] = {}
+        # checking an instruction of that structure needs (``CheckedStructure``)
+        self.valid_structures: dict[tuple, CheckedStructure] = {}
         # (engine, opcode, operand) -> the ids of the patterns found valid there (by identity: the program keeps
         # its patterns alive; compiled programs repeat them a lot), each with its (dtype, partitions, free size)
         self.valid_operands: dict[tuple[str, str, str], dict[int, tuple[str, int, int]]] = {}
@@ -142,6 +143,12 @@ class RuleChecker:
         self.dma_queues = target.data["dma"]["queues"]
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
+        """Check instruction ``index`` (RuleViolation, ProgramError); its opcode's table entry."""
+        return self.check_as(index, inst, self.structure(index, inst))
+
+    def structure(self, index: int, inst: Instruction) -> CheckedStructure:
+        """What checking ``inst`` needs, found once per structure (engine, opcode, operand names, attributes with
+        their types): a structure not seen before is checked here."""
         attrs, operands = inst.attrs, inst.operands
         # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
         key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
@@ -149,6 +156,15 @@ class RuleChecker:
         checked = self.valid_structures.get(key)
         if checked is None:
             checked = self.valid_structures[key] = self._checked(_Who(index, inst), inst)
+        return checked
+
+    def check_as(self, index: int, inst: Instruction, checked: CheckedStructure,
+                 operands_known: bool = False) -> OpcodeSpec:
+        """Check ``inst``, of the structure ``checked`` (``structure``); ``operands_known``: an instruction with
+        the same structure and the same operand pattern objects in the same places passed before (its
+        operands are valid; its semaphores and its opcode rule, which may depend on the instructions before
+        it, are checked again)."""
+        operands = inst.operands
         n_sems = self.n_sems
         for sem, _ in inst.waits:
             if not 0 <= sem < n_sems:
@@ -165,21 +181,38 @@ class RuleChecker:
                 RuleChecker._dma(self, _Who(index, inst), inst)  # its message
             return checked.spec
         # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no set for it
-        for (name, ap), valid in zip(operands.items(), checked.valid):
-            if valid is not None and id(ap) not in valid:  # not seen before (a violation raises: decode ends)
-                self._valid(index, inst, checked.spec, name, ap, valid)
+        if not operands_known:
+            for (name, ap), valid in zip(operands.items(), checked.valid):
+                if valid is not None and id(ap) not in valid:  # not seen before (a violation raises: decode ends)
+                    self._valid(index, inst, checked.spec, name, ap, valid)
         if checked.rule is not _no_rule:
             checked.rule(self, _Who(index, inst), inst)
         return checked.spec
 
     def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern,
                valid: dict[int, tuple[str, int, int]]) -> tuple[str, int, int]:
-        """Check an operand pattern not seen before in its place and remember it valid, with its signature."""
-        self._placed_operand(_Who(index, inst), inst, spec, name, ap)
-        signature = valid[id(ap)] = (ap.dtype, ap.partitions, free_size(ap))
+        """Check an operand pattern not seen before in its place and remember it valid, with its signature.
+
+        Every rule but the bounds is checked once per geometry (``_operand``): patterns that differ only in their
+        offset pass or fail them alike (the tiles of one DMA loop share all but their offsets); the bounds are
+        checked here for each offset."""
+        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
+               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
+        placed = self.geometries.get(key)
+        if placed is None:
+            who = _Who(index, inst)
+            self._operand(who, inst, spec, name, ap)
+            lo, hi = byte_bounds(ap)
+            placed = self.geometries[key] = (lo - ap.offset, hi - ap.offset, self._memory_bytes(ap),
+                                             (ap.dtype, ap.partitions, free_size(ap)))
+        below, above, limit, signature = placed
+        offset = ap.offset
+        if offset + below < 0 or offset + above > limit:  # the message, named only when it fails
+            self._bounds(_Who(index, inst), f"operand {name}", ap, offset + below, offset + above)
+        valid[id(ap)] = signature
         return signature
 
-    def _checked(self, who: _Who, inst: Instruction) -> _Checked:
+    def _checked(self, who: _Who, inst: Instruction) -> CheckedStructure:
         """Check a structure not seen before, and what its instructions need: the spec, the opcode rule, the
         patterns found valid for each operand (in the instruction's order; None: checked by the rule)."""
         spec = self._check_structure(who, inst)
@@ -192,7 +225,7 @@ class RuleChecker:
         dma = None
         if opcode == "dma" and 0 <= inst.attrs.get("queue", 0) < self.dma_queues:  # else _dma's message, in turn
             dma = (self.valid_operands[engine, opcode, "dst"], self.valid_operands[engine, opcode, "src"])
-        return _Checked(spec, OPCODE_RULES.get(opcode, _no_rule), valid, dma)
+        return CheckedStructure(spec, OPCODE_RULES.get(opcode, _no_rule), valid, dma)
 
     @staticmethod
     def _fail(who: str, rule: str, values: str) -> NoReturn:
@@ -262,22 +295,6 @@ class RuleChecker:
             if free_size(ap) > limit:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
                            f"{free_size(ap)} elements > {limit}")
-
-    def _placed_operand(self, who: str, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern) -> None:
-        """``_operand``, once per geometry: patterns that differ only in their offset pass or fail every rule
-        alike but the bounds, which are checked here for each offset (the tiles of one DMA loop share all but
-        their offsets)."""
-        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
-               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
-        reach = self.geometries.get(key)
-        if reach is None:
-            self._operand(who, inst, spec, name, ap)
-            lo, hi = byte_bounds(ap)
-            self.geometries[key] = (lo - ap.offset, hi - ap.offset)
-            return
-        lo, hi = ap.offset + reach[0], ap.offset + reach[1]
-        if lo < 0 or hi > self._memory_bytes(ap):  # the message, named only when it fails
-            self._bounds(who, f"operand {name}", ap, lo, hi)
 
     def _memory_bytes(self, ap: AccessPattern) -> int:
         """The bytes ``ap`` may address: its HBM tensor's, or one SBUF/PSUM partition's."""
