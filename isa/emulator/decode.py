@@ -88,6 +88,20 @@ def _windows(base: np.ndarray, dt: np.dtype, shape: tuple[int, ...], strides: tu
     return np.ndarray((positions + 1, *shape), dt, base, 0, (1, *strides))
 
 
+_ALL = slice(None)
+
+
+def _contiguous(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int) -> bool:
+    """Whether a layout's elements lie one after the other in C order (numpy's C-contiguous: dimensions of one
+    element may have any stride)."""
+    step = itemsize
+    for count, stride in zip(reversed(shape), reversed(strides)):
+        if count != 1 and stride != step:
+            return False
+        step *= count
+    return True
+
+
 def _reshaped(src: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
     """``src.reshape(shape)`` when that is a view of the same memory (no copy), else None."""
     view = src.view()
@@ -137,7 +151,7 @@ class _Twin:
 
 
 def _built(inst: Instruction, plan: _Plan, target: Target, state: EngineState,
-           by_id: dict[int, tuple], info_of: Callable[[AccessPattern], tuple]
+           view_of: Callable[[AccessPattern], np.ndarray]
            ) -> tuple[Runner, tuple[AccessPattern, ...], tuple[AccessPattern, ...], float]:
     """The numerics closure, reads, writes and cost (before the dependent overhead) of an instruction that is
     not a DMA."""
@@ -145,7 +159,7 @@ def _built(inst: Instruction, plan: _Plan, target: Target, state: EngineState,
     reads: list[AccessPattern] = []
     writes: list[AccessPattern] = []
     for (name, ap), kind in zip(inst.operands.items(), plan.kinds):
-        views[name] = (by_id.get(id(ap)) or info_of(ap))[0]
+        views[name] = view_of(ap)
         if kind == "r":
             reads.append(ap)
         elif kind == "w":
@@ -175,11 +189,14 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     twins: dict[tuple, _Twin] = {}
     extras: dict[tuple[_Twin, _Twin], float] = {}  # a twin's duration after a twin on its engine
     geometry_of = memory.geometry_of
-    # id(pattern) -> (its view, its shape, contiguous_runs, nbytes, is it in HBM); patterns live as long as the
-    # program
-    by_id: dict[int, tuple[np.ndarray, tuple[int, ...], int, int, bool]] = {}
-    # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, runs, nbytes, hbm)
+    # id(pattern) -> (its view or None until asked for, its shape, contiguous_runs, nbytes, is it in HBM, its bytes
+    # as a memoryview when they are contiguous, its geometry, its offset in the buffer); patterns live as long as
+    # the program
+    by_id: dict[int, tuple] = {}
+    # the geometry (the pattern but where it starts) -> (buffer, dtype, shape, strides, row, windows, their count,
+    # runs, nbytes, hbm, the buffer's bytes as a memoryview when the layout is contiguous, their count)
     geometries: dict[tuple, tuple] = {}
+    flat_buffers: dict[int, memoryview] = {}  # id(buffer) -> its bytes
     overhead = target.data["dma"]["descriptor_overhead_bytes"]
     dependent = frozenset(target.data["stream"]["dependent_overhead_engines"])
     plans: dict[tuple, _Plan] = {}
@@ -187,23 +204,42 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     append = ops.append
     ndarray = np.ndarray
 
-    def info_of(ap: AccessPattern) -> tuple[np.ndarray, tuple[int, ...], int, int, bool]:
-        """(view, its shape, contiguous runs, bytes, in HBM) of a pattern not seen before; all but the view, and the
-        view's layout, are the same for patterns that differ only in where they start."""
+    def info_of(ap: AccessPattern) -> tuple:
+        """``by_id``'s entry of a pattern not seen before; all but the view and bytes, and the view's layout, are
+        the same for patterns that differ only in where they start. A pattern whose bytes are contiguous gets
+        them as a memoryview (a DMA between two such copies bytes) and its view only when asked for
+        (``view_of``)."""
         key = (ap.pattern, ap.memory, ap.tensor, ap.dtype, ap.partitions, ap.partition_stride)
         geometry = geometries.get(key)
         if geometry is None:
             base, dt, shape, strides, row = layout = geometry_of(ap)
-            geometry = geometries[key] = (*layout, _windows(base, dt, shape, strides), contiguous_runs(ap),
-                                          ap.nbytes, ap.memory == "hbm")
-        base, dt, shape, strides, row, windows, runs, nbytes, hbm = geometry
+            windows = _windows(base, dt, shape, strides)
+            flat = None
+            if _contiguous(shape, strides, dt.itemsize):
+                flat = flat_buffers.get(id(base))
+                if flat is None:
+                    flat = flat_buffers[id(base)] = memoryview(base).cast("B")
+            geometry = geometries[key] = (*layout, windows, 0 if windows is None else len(windows),
+                                          contiguous_runs(ap), ap.nbytes, ap.memory == "hbm", flat,
+                                          0 if flat is None else len(flat))
+        base, dt, shape, strides, row, windows, positions, runs, nbytes, hbm, flat, flat_bytes = geometry
         offset = ap.offset if row is None else ap.start_partition * row + ap.offset
-        if windows is not None and 0 <= offset < len(windows):
-            view = windows[offset]
-        else:
-            view = ndarray(shape, dt, base, offset, strides)
-        info = by_id[id(ap)] = (view, shape, runs, nbytes, hbm)
+        if flat is not None and 0 <= offset and offset + nbytes <= flat_bytes:
+            info = by_id[id(ap)] = (None, shape, runs, nbytes, hbm, flat[offset:offset + nbytes], geometry, offset)
+            return info
+        view = windows[offset] if 0 <= offset < positions else ndarray(shape, dt, base, offset, strides)
+        info = by_id[id(ap)] = (view, shape, runs, nbytes, hbm, None, geometry, offset)
         return info
+
+    def view_of(ap: AccessPattern) -> np.ndarray:
+        info = by_id.get(id(ap)) or info_of(ap)
+        view = info[0]
+        if view is None:
+            geometry, offset = info[6], info[7]
+            base, dt, shape, strides, _, windows, positions = geometry[:7]
+            view = windows[offset] if 0 <= offset < positions else ndarray(shape, dt, base, offset, strides)
+            by_id[id(ap)] = (view, *info[1:])
+        return view
 
     for index, inst in enumerate(program.instructions):
         engine, opcode, operands = inst.engine, inst.opcode, inst.operands
@@ -228,7 +264,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
                 if checker is not None:
                     checked = checker.structure(index, inst)
                     checker.check_as(index, inst, checked)
-                twin = twins[twin_key] = _Twin(*_built(inst, plan, target, state, by_id, info_of), checked)
+                twin = twins[twin_key] = _Twin(*_built(inst, plan, target, state, view_of), checked)
             elif checker is not None:  # its operands passed as the twin's; its semaphores and opcode rule now
                 checker.check_as(index, inst, twin.checked, operands_known=True)
         waits, signals = inst.waits, inst.signals
@@ -242,12 +278,16 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             if duration is None:  # a dma on an engine whose cost is not fixed: not the table's
                 duration = plan.cost(target, inst)
             dst, src = operands["dst"], operands["src"]
-            dst_view, dst_shape, dst_runs, _, dst_hbm = by_id.get(id(dst)) or info_of(dst)
-            src_view, src_shape, src_runs, nbytes, src_hbm = by_id.get(id(src)) or info_of(src)
-            if src_shape == dst_shape:
-                run = partial(dst_view.__setitem__, Ellipsis, src_view)
+            _, dst_shape, dst_runs, dst_bytes, dst_hbm, dst_flat, _, _ = by_id.get(id(dst)) or info_of(dst)
+            _, src_shape, src_runs, nbytes, src_hbm, src_flat, _, _ = by_id.get(id(src)) or info_of(src)
+            if dst_flat is not None and src_flat is not None and dst_bytes == nbytes and dst.dtype == src.dtype:
+                # contiguous on both sides, one type: ``dst[...] = src.reshape(dst.shape)`` is a copy of bytes
+                # (memmove: overlapping sides too), without numpy's indexing
+                run = partial(dst_flat.__setitem__, _ALL, src_flat)
+            elif src_shape == dst_shape:
+                run = partial(view_of(dst).__setitem__, Ellipsis, view_of(src))
             else:
-                run = _dma_runner(dst_view, src_view)
+                run = _dma_runner(view_of(dst), view_of(src))
             append(Op(index, inst, engine, opcode, waits, signals, duration, run, (src,), (dst,), 0,
                       int(inst.attrs.get("queue", 0)),
                       nbytes + overhead * (src_runs if src_runs > dst_runs else dst_runs),  # dma_effective_bytes
@@ -293,7 +333,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         write_aps: list[AccessPattern] = []
         for (name, ap), kind in zip(operands.items(), plan.kinds):
             if name != side:
-                views[name] = (by_id.get(id(ap)) or info_of(ap))[0]
+                views[name] = view_of(ap)
             if name != "dst" and name != "src":  # dma_indirect: its rows come from resolve()
                 if kind == "r":
                     read_aps.append(ap)
