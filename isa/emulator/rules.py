@@ -102,15 +102,29 @@ def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
     return lo, hi + size
 
 
+class Place:
+    """One operand place (engine, opcode, operand, math mode): the patterns found valid there, by identity (the
+    program keeps its patterns alive; compiled programs repeat them a lot), each with its signature (dtype,
+    partitions, free size); and per geometry (the pattern but its offset) its bytes [below, above) relative to
+    the offset, the bytes its memory holds and its signature."""
+
+    __slots__ = ("name", "valid", "geometries")
+
+    def __init__(self, name: str):
+        self.name = name
+        self.valid: dict[int, tuple[str, int, int]] = {}
+        self.geometries: dict[tuple, tuple[int, int, int, tuple[str, int, int]]] = {}
+
+
 class CheckedStructure:
-    """What checking an instruction of an already valid structure needs (``RuleChecker.check``)."""
+    """What checking an instruction of an already valid structure needs (``RuleChecker.check_as``)."""
 
-    __slots__ = ("spec", "rule", "valid", "dma")
+    __slots__ = ("spec", "rule", "places", "dma")
 
-    def __init__(self, spec: OpcodeSpec, rule: Callable, valid: tuple[dict[int, tuple] | None, ...],
-                 dma: tuple[dict[int, tuple], dict[int, tuple]] | None):
-        self.spec, self.rule, self.valid = spec, rule, valid
-        self.dma = dma  # a dma whose queue is in range: the patterns found valid as its dst and as its src
+    def __init__(self, spec: OpcodeSpec, rule: Callable, places: tuple[Place | None, ...],
+                 dma: tuple[Place, Place] | None):
+        self.spec, self.rule, self.places = spec, rule, places
+        self.dma = dma  # a dma whose queue is in range: its dst and src places
 
 
 @dataclass
@@ -129,16 +143,11 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes [below, above) relative to the
-        # offset, the bytes its memory holds, its signature (dtype, partitions, free size)
-        self.geometries: dict[tuple, tuple[int, int, int, tuple[str, int, int]]] = {}
         self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid -> what
         # checking an instruction of that structure needs (``CheckedStructure``)
         self.valid_structures: dict[tuple, CheckedStructure] = {}
-        # (engine, opcode, operand) -> the ids of the patterns found valid there (by identity: the program keeps
-        # its patterns alive; compiled programs repeat them a lot), each with its (dtype, partitions, free size)
-        self.valid_operands: dict[tuple[str, str, str], dict[int, tuple[str, int, int]]] = {}
+        self.places: dict[tuple[str, str, str, object], Place] = {}  # (engine, opcode, operand, math) -> its place
         self.n_sems = target.data["semaphores"]
         self.dma_queues = target.data["dma"]["queues"]
 
@@ -174,42 +183,40 @@ class RuleChecker:
                 self._fail(_Who(index, inst), "semaphore id out of range", f"id {sem}, target has {n_sems}")
         if checked.dma is not None:  # most of a program: the dma rule is that both sides have one signature
             dst, src = operands["dst"], operands["src"]
-            valid_dst, valid_src = checked.dma
-            ours = valid_dst.get(id(dst)) or self._valid(index, inst, checked.spec, "dst", dst, valid_dst)
-            theirs = valid_src.get(id(src)) or self._valid(index, inst, checked.spec, "src", src, valid_src)
+            to, fro = checked.dma
+            ours = to.valid.get(id(dst)) or self._valid(index, inst, checked.spec, to, dst)
+            theirs = fro.valid.get(id(src)) or self._valid(index, inst, checked.spec, fro, src)
             if ours != theirs:
                 RuleChecker._dma(self, _Who(index, inst), inst)  # its message
             return checked.spec
-        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no set for it
+        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no place for it
         if not operands_known:
-            for (name, ap), valid in zip(operands.items(), checked.valid):
-                if valid is not None and id(ap) not in valid:  # not seen before (a violation raises: decode ends)
-                    self._valid(index, inst, checked.spec, name, ap, valid)
+            for ap, place in zip(operands.values(), checked.places):
+                if place is not None and id(ap) not in place.valid:  # new here (a violation raises: decode ends)
+                    self._valid(index, inst, checked.spec, place, ap)
         if checked.rule is not _no_rule:
             checked.rule(self, _Who(index, inst), inst)
         return checked.spec
 
-    def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern,
-               valid: dict[int, tuple[str, int, int]]) -> tuple[str, int, int]:
+    def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, place: Place,
+               ap: AccessPattern) -> tuple[str, int, int]:
         """Check an operand pattern not seen before in its place and remember it valid, with its signature.
 
         Every rule but the bounds is checked once per geometry (``_operand``): patterns that differ only in their
         offset pass or fail them alike (the tiles of one DMA loop share all but their offsets); the bounds are
         checked here for each offset."""
-        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
-               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
-        placed = self.geometries.get(key)
+        key = (ap.pattern, ap.memory, ap.dtype, ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
+        placed = place.geometries.get(key)
         if placed is None:
-            who = _Who(index, inst)
-            self._operand(who, inst, spec, name, ap)
+            self._operand(_Who(index, inst), inst, spec, place.name, ap)
             lo, hi = byte_bounds(ap)
-            placed = self.geometries[key] = (lo - ap.offset, hi - ap.offset, self._memory_bytes(ap),
-                                             (ap.dtype, ap.partitions, free_size(ap)))
+            placed = place.geometries[key] = (lo - ap.offset, hi - ap.offset, self._memory_bytes(ap),
+                                              (ap.dtype, ap.partitions, free_size(ap)))
         below, above, limit, signature = placed
         offset = ap.offset
         if offset + below < 0 or offset + above > limit:  # the message, named only when it fails
-            self._bounds(_Who(index, inst), f"operand {name}", ap, offset + below, offset + above)
-        valid[id(ap)] = signature
+            self._bounds(_Who(index, inst), f"operand {place.name}", ap, offset + below, offset + above)
+        place.valid[id(ap)] = signature
         return signature
 
     def _checked(self, who: _Who, inst: Instruction) -> CheckedStructure:
@@ -220,12 +227,19 @@ class RuleChecker:
         if engine not in spec.engines:
             self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
         indirect = indirect_side(opcode, inst.attrs) if opcode == "dma_indirect" else None
-        valid = tuple(None if name == indirect else self.valid_operands.setdefault((engine, opcode, name), {})
-                      for name in inst.operands)
+        math = inst.attrs.get("math")  # a pattern valid in one math mode may not be in the other
+        places = tuple(None if name == indirect else self._place(engine, opcode, name, math)
+                       for name in inst.operands)
         dma = None
         if opcode == "dma" and 0 <= inst.attrs.get("queue", 0) < self.dma_queues:  # else _dma's message, in turn
-            dma = (self.valid_operands[engine, opcode, "dst"], self.valid_operands[engine, opcode, "src"])
-        return CheckedStructure(spec, OPCODE_RULES.get(opcode, _no_rule), valid, dma)
+            dma = (self._place(engine, opcode, "dst", math), self._place(engine, opcode, "src", math))
+        return CheckedStructure(spec, OPCODE_RULES.get(opcode, _no_rule), places, dma)
+
+    def _place(self, engine: str, opcode: str, name: str, math: object) -> Place:
+        place = self.places.get((engine, opcode, name, math))
+        if place is None:
+            place = self.places[engine, opcode, name, math] = Place(name)
+        return place
 
     @staticmethod
     def _fail(who: str, rule: str, values: str) -> NoReturn:

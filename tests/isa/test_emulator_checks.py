@@ -212,6 +212,14 @@ def test_a_repeated_instruction_is_checked_for_what_may_differ():
              ins("pe", "multiply_moving", **matmul)])
 
 
+def test_an_operand_valid_in_integer_mode_is_checked_again_in_fp32_mode():
+    a, b, dst = (sb(0, 1, offset, [[1, 4]], "i64") for offset in (0, 64, 128))
+    exact = ins("pool", "tensor_tensor", dst=dst, a=a, b=b, op="add", math="int")
+    rounded = ins("pool", "tensor_tensor", dst=dst, a=a, b=b, op="add")
+    with pytest.raises(RuleViolation, match=r"instruction #1 pool.tensor_tensor: operand dst: i64 arithmetic needs"):
+        run_program(program([], [exact, rounded]), {})
+
+
 @pytest.mark.parametrize("insts,match", [
     ([ins("dve", "frobnicate")], "unknown opcode 'frobnicate'"),
     ([ins("dve", "memset")], "missing operand 'dst'"),
