@@ -129,7 +129,8 @@ class CheckedStructure:
 
 @dataclass
 class DecodeState:
-    """What the rules need to remember along the program (the PE stationary tile)."""
+    """What the rules need to remember along the program (the PE stationary tile); a rule using it is named in
+    ``STATE_RULES``."""
 
     stationary: AccessPattern | None = None
 
@@ -170,9 +171,9 @@ class RuleChecker:
     def check_as(self, index: int, inst: Instruction, checked: CheckedStructure,
                  operands_known: bool = False) -> OpcodeSpec:
         """Check ``inst``, of the structure ``checked`` (``structure``); ``operands_known``: an instruction with
-        the same structure and the same operand pattern objects in the same places passed before (its
-        operands are valid; its semaphores and its opcode rule, which may depend on the instructions before
-        it, are checked again)."""
+        the same structure and the same operand pattern objects in the same places passed before, so its operands
+        and its opcode rule pass as that one's did but for the part of the rule that depends on the instructions
+        before it (``STATE_RULES``), checked with its semaphores."""
         operands = inst.operands
         n_sems = self.n_sems
         for sem, _ in inst.waits:
@@ -194,8 +195,13 @@ class RuleChecker:
             for ap, place in zip(operands.values(), checked.places):
                 if place is not None and id(ap) not in place.valid:  # new here (a violation raises: decode ends)
                     self._valid(index, inst, checked.spec, place, ap)
-        if checked.rule is not _no_rule:
-            checked.rule(self, _Who(index, inst), inst)
+        if not operands_known:
+            if checked.rule is not _no_rule:
+                checked.rule(self, _Who(index, inst), inst)
+        else:
+            along = STATE_RULES.get(inst.opcode)
+            if along is not None:
+                along(self, _Who(index, inst), inst)
         return checked.spec
 
     def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, place: Place,
@@ -385,12 +391,28 @@ class RuleChecker:
             self._fail(who, "stationary K over the limit", f"K={src.partitions} > {max_k}")
         if free_size(src) > self.pe["max_m"]:
             self._fail(who, "stationary M over the limit", f"M={free_size(src)} > {self.pe['max_m']}")
-        self.state.stationary = src
+        self._keep_stationary(who, inst)
 
-    def _multiply_moving(self, who: str, inst: Instruction) -> None:
+    def _keep_stationary(self, who: str, inst: Instruction) -> None:
+        """load_stationary's part that depends on the program so far (STATE_RULES)."""
+        self.state.stationary = inst.operands["src"]
+
+    def _against_stationary(self, who: str, inst: Instruction) -> None:
+        """multiply_moving's checks against the stationary tile (STATE_RULES), in its rule's order."""
         dst, src = inst.operands["dst"], inst.operands["src"]
         stationary = self.state.stationary
         if stationary is None:
+            self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
+        if src.partitions != stationary.partitions:
+            self._fail(who, "K of moving differs from K of stationary",
+                       f"{src.partitions} vs {stationary.partitions}")
+        if dst.partitions != free_size(stationary):
+            self._fail(who, "dst partitions must equal stationary M",
+                       f"{dst.partitions} vs M={free_size(stationary)}")
+
+    def _multiply_moving(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        if self.state.stationary is None:
             self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
         self._pe_dtype(who, inst)
         max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
@@ -398,12 +420,7 @@ class RuleChecker:
             self._fail(who, "moving K over the limit", f"K={src.partitions} > {max_k} for {src.dtype}")
         if free_size(src) > self.pe["max_n"]:
             self._fail(who, "moving N over the limit", f"N={free_size(src)} > {self.pe['max_n']}")
-        if src.partitions != stationary.partitions:
-            self._fail(who, "K of moving differs from K of stationary",
-                       f"{src.partitions} vs {stationary.partitions}")
-        if dst.partitions != free_size(stationary):
-            self._fail(who, "dst partitions must equal stationary M",
-                       f"{dst.partitions} vs M={free_size(stationary)}")
+        self._against_stationary(who, inst)
         if free_size(dst) != free_size(src):
             self._fail(who, "dst free size must equal moving N", f"{free_size(dst)} vs N={free_size(src)}")
         if dst.dtype != "f32":
@@ -513,6 +530,14 @@ class RuleChecker:
 def _no_rule(checker: RuleChecker, who: str, inst: Instruction) -> None:
     """Opcodes with no rule beyond the operand checks."""
 
+
+# the part of an opcode's rule that reads or writes the DecodeState (what came before along the program), checked
+# again for an instruction identical to one that passed its whole rule; the rest of a rule is a function of the
+# instruction alone. A rule that comes to use the DecodeState gets its entry here.
+STATE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
+    "load_stationary": RuleChecker._keep_stationary,
+    "multiply_moving": RuleChecker._against_stationary,
+}
 
 OPCODE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
     "load_stationary": RuleChecker._load_stationary,
