@@ -83,8 +83,6 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
         operands = {}
         for _ in range(operand_count):
             name = names[body[pos]]
-            if name in operands:
-                raise _Malformed
             end = pos + 33 + 16 * body[pos + 3]  # the operand index, the pattern head, its pairs
             if end > size:
                 raise _Malformed
@@ -111,13 +109,18 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
                 fields["partition_stride"] = pstride
             operands[name] = ap
             pos = end
+        if len(operands) != operand_count:  # an operand given twice
+            raise _Malformed
         attr_count = body[pos]
         pos += 1
         plain = plan.plain
         if plain is not None and attr_count == plan.attr_count:  # every attribute a number: one unpack
-            attrs = {}
-            for name, value in zip(plan.attr_names, plain.unpack_from(body, pos)):
-                attrs[name] = value
+            if attr_count == 1:  # a dma's queue
+                attrs = {plan.attr_names[0]: plain.unpack_from(body, pos)[0]}
+            else:
+                attrs = {}
+                for name, value in zip(plan.attr_names, plain.unpack_from(body, pos)):
+                    attrs[name] = value
             pos += plain.size
         else:
             if attr_count > len(plan.attrs):
