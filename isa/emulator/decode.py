@@ -215,7 +215,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             base, dt, shape, strides, row = layout = geometry_of(ap)
             windows = _windows(base, dt, shape, strides)
             flat = None
-            if _contiguous(shape, strides, dt.itemsize):
+            if base.flags.c_contiguous and _contiguous(shape, strides, dt.itemsize):
                 flat = flat_buffers.get(id(base))
                 if flat is None:
                     flat = flat_buffers[id(base)] = memoryview(base).cast("B")
