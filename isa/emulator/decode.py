@@ -124,9 +124,9 @@ def _dma_runner(dst: np.ndarray, src: np.ndarray) -> Runner:
 class _Plan:
     """What decoding needs of one instruction structure (engine, opcode, operand names), found once: the spec,
     the cost (a fixed figure when it depends only on the engine), the operands' access kinds in the
-    instruction's order and the side a dma_indirect addresses through its index tile."""
+    instruction's order and whether it is a dma_indirect."""
 
-    __slots__ = ("spec", "cost", "duration", "dependent", "kinds", "side")
+    __slots__ = ("spec", "cost", "duration", "dependent", "kinds", "indirect")
 
     def __init__(self, spec: OpcodeSpec, inst: Instruction, target: Target, dependent: frozenset[str]):
         self.spec = spec
@@ -135,7 +135,7 @@ class _Plan:
         self.dependent = inst.engine in dependent
         access = {o.name: o.access for o in spec.operands}
         self.kinds = tuple(access[name] for name in inst.operands)
-        self.side = indirect_side(inst.opcode, inst.attrs)
+        self.indirect = inst.opcode == "dma_indirect"  # its side (an attribute) found per instruction
 
 
 class _Twin:
@@ -249,7 +249,7 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             spec = checker.structure(index, inst).spec if checker is not None else _check_structure(index, inst)
             plan = plans[key] = _Plan(spec, inst, target, dependent)
         twin = None
-        if opcode == "dma" or plan.side is not None:
+        if opcode == "dma" or plan.indirect:
             if checker is not None:
                 checker.check(index, inst)
         else:
@@ -320,7 +320,8 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
                 op.macs = stationary_k * dst.partitions * free_size(dst)
             append(op)
             continue
-        side, attrs = plan.side, inst.attrs  # dma_indirect: resolved per run, no static view of the side
+        attrs = inst.attrs
+        side = indirect_side(opcode, attrs)  # dma_indirect: resolved per run, no static view of the side
         if duration is None:
             duration = plan.cost(target, inst)
             if plan.dependent:
