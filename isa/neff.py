@@ -85,6 +85,7 @@ from isa.neff_codec import (
     FastEncoder,
     _decode_fast,
     _Malformed,
+    _strings_fast,
 )
 from isa.program import (
     ENGINES,
@@ -493,19 +494,9 @@ class _Reader:
 
 def _decode_strings(body: bytes) -> list[str]:
     """The strings section; a malformed one is read again field by field, which names the problem."""
-    try:
-        (count,) = _U32.unpack_from(body, 0)
-        u32, decode, position, strings = _U32.unpack_from, bytes.decode, 4, []
-        append = strings.append
-        for _ in range(count):
-            (size,) = u32(body, position)
-            position += 4
-            append(decode(body[position:position + size]))
-            position += size
-        if position == len(body):
-            return strings
-    except (struct.error, UnicodeDecodeError):
-        pass
+    strings = _strings_fast(body)
+    if strings is not None:
+        return strings
     reader = _Reader(body, "strings")
     (count,) = reader.read(_U32, "the string count")
     strings = []

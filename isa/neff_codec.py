@@ -172,6 +172,22 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
     return out
 
 
+def _strings_fast(body: bytes) -> list[str] | None:
+    """The strings section, or None when it is malformed (the careful reader then names the problem)."""
+    try:
+        (count,) = _U32.unpack_from(body, 0)
+        u32, decode, position, strings = _U32.unpack_from, bytes.decode, 4, []
+        append = strings.append
+        for _ in range(count):
+            (size,) = u32(body, position)
+            position += 4
+            append(decode(body[position:position + size]))
+            position += size
+    except (struct.error, UnicodeDecodeError):
+        return None
+    return strings if position == len(body) else None
+
+
 # ------------------------------------------------------------------------------------------ encode
 
 _KIND_PLAIN, _KIND_CHOICE, _KIND_STRING = 0, 1, 2
