@@ -195,7 +195,6 @@ class RuleChecker:
             for ap, place in zip(operands.values(), checked.places):
                 if place is not None and id(ap) not in place.valid:  # new here (a violation raises: decode ends)
                     self._valid(index, inst, checked.spec, place, ap)
-        if not operands_known:
             if checked.rule is not _no_rule:
                 checked.rule(self, _Who(index, inst), inst)
         else:
