@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from isa import weights as side_weights
+from isa.collector import long_lived
 from isa.constants import constant_problems, isa_dtype_of, write_atomic
 from isa.dtypes import DTYPE_BY_CODE, DTYPES
 from isa.errors import NeffError, ProgramError
@@ -84,6 +85,7 @@ from isa.neff_codec import (
     FastEncoder,
     _decode_fast,
     _Malformed,
+    _strings_fast,
 )
 from isa.program import (
     ENGINES,
@@ -342,8 +344,15 @@ def read_weights_ref(path: str | os.PathLike) -> tuple[str, str] | None:
 
 def decode(data: bytes, *, weights_dir: str | os.PathLike | None = None, verify_weights: bool = False) -> Program:
     """The Program in .neff bytes. Raises NeffError for a foreign, truncated, corrupt or newer file.
-    ``weights_dir``: where the weights side file of a .neff without inlined weights is."""
-    data = bytes(data)
+    ``weights_dir``: where the weights side file of a .neff without inlined weights is.
+
+    Its objects (~7 per instruction) live as long as the program: made with the collector paused, then moved
+    to the oldest generation unscanned (``isa.collector.long_lived``)."""
+    with long_lived():
+        return _decode(bytes(data), weights_dir, verify_weights)
+
+
+def _decode(data: bytes, weights_dir: str | os.PathLike | None, verify_weights: bool) -> Program:
     version, sections = _check_container(data)
     header = _decode_header(sections[SECTION_HEADER], version)
     external = bool(_FILE_HEADER.unpack_from(data)[2] & FLAG_EXTERNAL_WEIGHTS)
@@ -484,6 +493,10 @@ class _Reader:
 
 
 def _decode_strings(body: bytes) -> list[str]:
+    """The strings section; a malformed one is read again field by field, which names the problem."""
+    strings = _strings_fast(body)
+    if strings is not None:
+        return strings
     reader = _Reader(body, "strings")
     (count,) = reader.read(_U32, "the string count")
     strings = []

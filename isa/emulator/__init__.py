@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from isa.checks import CHECKS
+from isa.collector import long_lived as _long_lived  # decode's ~9 objects per instruction
 from isa.emulator.checks import Checker
 from isa.emulator.control import ControlScheduler, check_control, has_control
 from isa.emulator.decode import decode_program
@@ -78,29 +79,6 @@ def _gc_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if was_enabled:
-            gc.enable()
-
-
-@contextmanager
-def _long_lived() -> Iterator[None]:
-    """Decode with the collector paused, its objects then moved to the oldest generation unscanned.
-
-    Decode makes ~9 objects per instruction (GPT-2 small: ~330,000) that live as long as the Emulator and form no
-    cycles. Left young, the first collection after decode walks all of them (~0.05 s), and so does the next
-    collection of the middle generation. The young generations are collected first (``gc.collect(1)``), so
-    nothing else is promoted; a process that froze objects itself (``gc.freeze``) keeps the plain pause."""
-    was_enabled = gc.isenabled()
-    promote = was_enabled and gc.get_freeze_count() == 0
-    if promote:
-        gc.collect(1)
-    gc.disable()
-    try:
-        yield
-    finally:
-        if promote:
-            gc.freeze()  # every tracked object to the permanent generation, then all of it to the oldest
-            gc.unfreeze()
         if was_enabled:
             gc.enable()
 

@@ -102,20 +102,35 @@ def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
     return lo, hi + size
 
 
-class _Checked:
-    """What checking an instruction of an already valid structure needs (``RuleChecker.check``)."""
+class Place:
+    """One operand place (engine, opcode, operand, math mode): the patterns found valid there, by identity (the
+    program keeps its patterns alive; compiled programs repeat them a lot), each with its signature (dtype,
+    partitions, free size); and per geometry (the pattern but its offset) its bytes [below, above) relative to
+    the offset, the bytes its memory holds and its signature."""
 
-    __slots__ = ("spec", "rule", "valid", "dma")
+    __slots__ = ("name", "valid", "geometries")
 
-    def __init__(self, spec: OpcodeSpec, rule: Callable, valid: tuple[dict[int, tuple] | None, ...],
-                 dma: tuple[dict[int, tuple], dict[int, tuple]] | None):
-        self.spec, self.rule, self.valid = spec, rule, valid
-        self.dma = dma  # a dma whose queue is in range: the patterns found valid as its dst and as its src
+    def __init__(self, name: str):
+        self.name = name
+        self.valid: dict[int, tuple[str, int, int]] = {}
+        self.geometries: dict[tuple, tuple[int, int, int, tuple[str, int, int]]] = {}
+
+
+class CheckedStructure:
+    """What checking an instruction of an already valid structure needs (``RuleChecker.check_as``)."""
+
+    __slots__ = ("spec", "rule", "places", "dma")
+
+    def __init__(self, spec: OpcodeSpec, rule: Callable, places: tuple[Place | None, ...],
+                 dma: tuple[Place, Place] | None):
+        self.spec, self.rule, self.places = spec, rule, places
+        self.dma = dma  # a dma whose queue is in range: its dst and src places
 
 
 @dataclass
 class DecodeState:
-    """What the rules need to remember along the program (the PE stationary tile)."""
+    """What the rules need to remember along the program (the PE stationary tile); a rule using it is named in
+    ``STATE_RULES``."""
 
     stationary: AccessPattern | None = None
 
@@ -129,19 +144,21 @@ class RuleChecker:
         self.state = DecodeState()
         self.pe = target.data["pe"]
         self.stream = target.data["stream"]
-        # (engine, opcode, operand, math, the pattern but its offset) -> its bytes relative to the offset
-        self.geometries: dict[tuple, tuple[int, int]] = {}
         self.tensor_bytes: dict[str | None, int] = {}
         # structures (engine, opcode, operand names, attributes with their types) already found valid -> what
-        # checking an instruction of that structure needs (``_Checked``)
-        self.valid_structures: dict[tuple, _Checked] = {}
-        # (engine, opcode, operand) -> the ids of the patterns found valid there (by identity: the program keeps
-        # its patterns alive; compiled programs repeat them a lot), each with its (dtype, partitions, free size)
-        self.valid_operands: dict[tuple[str, str, str], dict[int, tuple[str, int, int]]] = {}
+        # checking an instruction of that structure needs (``CheckedStructure``)
+        self.valid_structures: dict[tuple, CheckedStructure] = {}
+        self.places: dict[tuple[str, str, str, object], Place] = {}  # (engine, opcode, operand, math) -> its place
         self.n_sems = target.data["semaphores"]
         self.dma_queues = target.data["dma"]["queues"]
 
     def check(self, index: int, inst: Instruction) -> OpcodeSpec:
+        """Check instruction ``index`` (RuleViolation, ProgramError); its opcode's table entry."""
+        return self.check_as(index, inst, self.structure(index, inst))
+
+    def structure(self, index: int, inst: Instruction) -> CheckedStructure:
+        """What checking ``inst`` needs, found once per structure (engine, opcode, operand names, attributes with
+        their types): a structure not seen before is checked here."""
         attrs, operands = inst.attrs, inst.operands
         # one flat tuple (the lengths keep it unambiguous): the names, the attribute values and their types
         key = (inst.engine, inst.opcode, len(operands), *operands, len(attrs), *attrs, *attrs.values(),
@@ -149,6 +166,15 @@ class RuleChecker:
         checked = self.valid_structures.get(key)
         if checked is None:
             checked = self.valid_structures[key] = self._checked(_Who(index, inst), inst)
+        return checked
+
+    def check_as(self, index: int, inst: Instruction, checked: CheckedStructure,
+                 operands_known: bool = False) -> OpcodeSpec:
+        """Check ``inst``, of the structure ``checked`` (``structure``); ``operands_known``: an instruction with
+        the same structure and the same operand pattern objects in the same places passed before, so its operands
+        and its opcode rule pass as that one's did but for the part of the rule that depends on the instructions
+        before it (``STATE_RULES``), checked with its semaphores."""
+        operands = inst.operands
         n_sems = self.n_sems
         for sem, _ in inst.waits:
             if not 0 <= sem < n_sems:
@@ -158,28 +184,47 @@ class RuleChecker:
                 self._fail(_Who(index, inst), "semaphore id out of range", f"id {sem}, target has {n_sems}")
         if checked.dma is not None:  # most of a program: the dma rule is that both sides have one signature
             dst, src = operands["dst"], operands["src"]
-            valid_dst, valid_src = checked.dma
-            ours = valid_dst.get(id(dst)) or self._valid(index, inst, checked.spec, "dst", dst, valid_dst)
-            theirs = valid_src.get(id(src)) or self._valid(index, inst, checked.spec, "src", src, valid_src)
+            to, fro = checked.dma
+            ours = to.valid.get(id(dst)) or self._valid(index, inst, checked.spec, to, dst)
+            theirs = fro.valid.get(id(src)) or self._valid(index, inst, checked.spec, fro, src)
             if ours != theirs:
                 RuleChecker._dma(self, _Who(index, inst), inst)  # its message
             return checked.spec
-        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no set for it
-        for (name, ap), valid in zip(operands.items(), checked.valid):
-            if valid is not None and id(ap) not in valid:  # not seen before (a violation raises: decode ends)
-                self._valid(index, inst, checked.spec, name, ap, valid)
-        if checked.rule is not _no_rule:
-            checked.rule(self, _Who(index, inst), inst)
+        # dma_indirect's indexed side is checked by its opcode rule (isa.emulator.indirect): no place for it
+        if not operands_known:
+            for ap, place in zip(operands.values(), checked.places):
+                if place is not None and id(ap) not in place.valid:  # new here (a violation raises: decode ends)
+                    self._valid(index, inst, checked.spec, place, ap)
+            if checked.rule is not _no_rule:
+                checked.rule(self, _Who(index, inst), inst)
+        else:
+            along = STATE_RULES.get(inst.opcode)
+            if along is not None:
+                along(self, _Who(index, inst), inst)
         return checked.spec
 
-    def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern,
-               valid: dict[int, tuple[str, int, int]]) -> tuple[str, int, int]:
-        """Check an operand pattern not seen before in its place and remember it valid, with its signature."""
-        self._placed_operand(_Who(index, inst), inst, spec, name, ap)
-        signature = valid[id(ap)] = (ap.dtype, ap.partitions, free_size(ap))
+    def _valid(self, index: int, inst: Instruction, spec: OpcodeSpec, place: Place,
+               ap: AccessPattern) -> tuple[str, int, int]:
+        """Check an operand pattern not seen before in its place and remember it valid, with its signature.
+
+        Every rule but the bounds is checked once per geometry (``_operand``): patterns that differ only in their
+        offset pass or fail them alike (the tiles of one DMA loop share all but their offsets); the bounds are
+        checked here for each offset."""
+        key = (ap.pattern, ap.memory, ap.dtype, ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
+        placed = place.geometries.get(key)
+        if placed is None:
+            self._operand(_Who(index, inst), inst, spec, place.name, ap)
+            lo, hi = byte_bounds(ap)
+            placed = place.geometries[key] = (lo - ap.offset, hi - ap.offset, self._memory_bytes(ap),
+                                              (ap.dtype, ap.partitions, free_size(ap)))
+        below, above, limit, signature = placed
+        offset = ap.offset
+        if offset + below < 0 or offset + above > limit:  # the message, named only when it fails
+            self._bounds(_Who(index, inst), f"operand {place.name}", ap, offset + below, offset + above)
+        place.valid[id(ap)] = signature
         return signature
 
-    def _checked(self, who: _Who, inst: Instruction) -> _Checked:
+    def _checked(self, who: _Who, inst: Instruction) -> CheckedStructure:
         """Check a structure not seen before, and what its instructions need: the spec, the opcode rule, the
         patterns found valid for each operand (in the instruction's order; None: checked by the rule)."""
         spec = self._check_structure(who, inst)
@@ -187,12 +232,19 @@ class RuleChecker:
         if engine not in spec.engines:
             self._fail(who, f"{opcode} cannot run on engine {engine}", f"allowed engines: {', '.join(spec.engines)}")
         indirect = indirect_side(opcode, inst.attrs) if opcode == "dma_indirect" else None
-        valid = tuple(None if name == indirect else self.valid_operands.setdefault((engine, opcode, name), {})
-                      for name in inst.operands)
+        math = inst.attrs.get("math")  # a pattern valid in one math mode may not be in the other
+        places = tuple(None if name == indirect else self._place(engine, opcode, name, math)
+                       for name in inst.operands)
         dma = None
         if opcode == "dma" and 0 <= inst.attrs.get("queue", 0) < self.dma_queues:  # else _dma's message, in turn
-            dma = (self.valid_operands[engine, opcode, "dst"], self.valid_operands[engine, opcode, "src"])
-        return _Checked(spec, OPCODE_RULES.get(opcode, _no_rule), valid, dma)
+            dma = (self._place(engine, opcode, "dst", math), self._place(engine, opcode, "src", math))
+        return CheckedStructure(spec, OPCODE_RULES.get(opcode, _no_rule), places, dma)
+
+    def _place(self, engine: str, opcode: str, name: str, math: object) -> Place:
+        place = self.places.get((engine, opcode, name, math))
+        if place is None:
+            place = self.places[engine, opcode, name, math] = Place(name)
+        return place
 
     @staticmethod
     def _fail(who: str, rule: str, values: str) -> NoReturn:
@@ -262,22 +314,6 @@ class RuleChecker:
             if free_size(ap) > limit:
                 self._fail(who, f"{what}: free size over the {ap.memory} limit",
                            f"{free_size(ap)} elements > {limit}")
-
-    def _placed_operand(self, who: str, inst: Instruction, spec: OpcodeSpec, name: str, ap: AccessPattern) -> None:
-        """``_operand``, once per geometry: patterns that differ only in their offset pass or fail every rule
-        alike but the bounds, which are checked here for each offset (the tiles of one DMA loop share all but
-        their offsets)."""
-        key = (inst.engine, inst.opcode, name, inst.attrs.get("math"), ap.memory, ap.dtype, ap.pattern,
-               ap.partitions, ap.start_partition, ap.tensor, ap.partition_stride)
-        reach = self.geometries.get(key)
-        if reach is None:
-            self._operand(who, inst, spec, name, ap)
-            lo, hi = byte_bounds(ap)
-            self.geometries[key] = (lo - ap.offset, hi - ap.offset)
-            return
-        lo, hi = ap.offset + reach[0], ap.offset + reach[1]
-        if lo < 0 or hi > self._memory_bytes(ap):  # the message, named only when it fails
-            self._bounds(who, f"operand {name}", ap, lo, hi)
 
     def _memory_bytes(self, ap: AccessPattern) -> int:
         """The bytes ``ap`` may address: its HBM tensor's, or one SBUF/PSUM partition's."""
@@ -354,12 +390,28 @@ class RuleChecker:
             self._fail(who, "stationary K over the limit", f"K={src.partitions} > {max_k}")
         if free_size(src) > self.pe["max_m"]:
             self._fail(who, "stationary M over the limit", f"M={free_size(src)} > {self.pe['max_m']}")
-        self.state.stationary = src
+        self._keep_stationary(who, inst)
 
-    def _multiply_moving(self, who: str, inst: Instruction) -> None:
+    def _keep_stationary(self, who: str, inst: Instruction) -> None:
+        """load_stationary's part that depends on the program so far (STATE_RULES)."""
+        self.state.stationary = inst.operands["src"]
+
+    def _against_stationary(self, who: str, inst: Instruction) -> None:
+        """multiply_moving's checks against the stationary tile (STATE_RULES), in its rule's order."""
         dst, src = inst.operands["dst"], inst.operands["src"]
         stationary = self.state.stationary
         if stationary is None:
+            self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
+        if src.partitions != stationary.partitions:
+            self._fail(who, "K of moving differs from K of stationary",
+                       f"{src.partitions} vs {stationary.partitions}")
+        if dst.partitions != free_size(stationary):
+            self._fail(who, "dst partitions must equal stationary M",
+                       f"{dst.partitions} vs M={free_size(stationary)}")
+
+    def _multiply_moving(self, who: str, inst: Instruction) -> None:
+        dst, src = inst.operands["dst"], inst.operands["src"]
+        if self.state.stationary is None:
             self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
         self._pe_dtype(who, inst)
         max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
@@ -367,12 +419,7 @@ class RuleChecker:
             self._fail(who, "moving K over the limit", f"K={src.partitions} > {max_k} for {src.dtype}")
         if free_size(src) > self.pe["max_n"]:
             self._fail(who, "moving N over the limit", f"N={free_size(src)} > {self.pe['max_n']}")
-        if src.partitions != stationary.partitions:
-            self._fail(who, "K of moving differs from K of stationary",
-                       f"{src.partitions} vs {stationary.partitions}")
-        if dst.partitions != free_size(stationary):
-            self._fail(who, "dst partitions must equal stationary M",
-                       f"{dst.partitions} vs M={free_size(stationary)}")
+        self._against_stationary(who, inst)
         if free_size(dst) != free_size(src):
             self._fail(who, "dst free size must equal moving N", f"{free_size(dst)} vs N={free_size(src)}")
         if dst.dtype != "f32":
@@ -482,6 +529,14 @@ class RuleChecker:
 def _no_rule(checker: RuleChecker, who: str, inst: Instruction) -> None:
     """Opcodes with no rule beyond the operand checks."""
 
+
+# the part of an opcode's rule that reads or writes the DecodeState (what came before along the program), checked
+# again for an instruction identical to one that passed its whole rule; the rest of a rule is a function of the
+# instruction alone. A rule that comes to use the DecodeState gets its entry here.
+STATE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
+    "load_stationary": RuleChecker._keep_stationary,
+    "multiply_moving": RuleChecker._against_stationary,
+}
 
 OPCODE_RULES: dict[str, Callable[[RuleChecker, str, Instruction], None]] = {
     "load_stationary": RuleChecker._load_stationary,

@@ -57,6 +57,23 @@ def test_skipped_row_is_an_uninitialized_read_in_checked_mode():
         gather([3, -1, 2, 2, 1], "oob=skip", check=True)
 
 
+def test_a_gather_then_a_scatter_in_one_program():
+    """Two dma_indirect of one operand layout, one indexing its src and one its dst: decode finds the side of
+    each (an attribute), not once per operand layout."""
+    scatter_back = ("sp.dma_indirect dst=hbm:out@0[4,5][1,4]:f32 src=sbuf[0:5]@64[1,4]:f32 index=sbuf[0:5]@0[1,1]:i32 "
+                    "queue=3 side=dst wait(s1>=1)\n")
+    text = GATHER.format(attrs="side=src").replace("queue=2 wait(s1>=1)", "queue=2 wait(s1>=1) signal(s2)")
+    text = text.replace(".tensor out output f32 [5,4]", ".tensor out output f32 [10,4]") + scatter_back.replace(
+        "wait(s1>=1)", "wait(s2>=1)")
+    ids = np.array([3, 0, 9, 4, 1], dtype=np.int32)
+    for checks in ("off", "rules", "full"):
+        got = run_program(parse_program(text), {"table": TABLE, "ids": ids}, checks=checks).outputs["out"]
+        expected = np.zeros((10, 4), np.float32)
+        expected[:5] = TABLE[ids]  # the gathered rows, copied out
+        expected[ids] = TABLE[ids]  # and scattered back to their own rows
+        np.testing.assert_array_equal(got, expected)
+
+
 def scatter(dtype: str, rows: int, ids: list[int], updates: np.ndarray, attrs: str) -> np.ndarray:
     n = len(ids)
     text = f""".target trn1

@@ -195,6 +195,31 @@ def test_rule_message_carries_the_source_line():
         run([ins("dve", "memset", dst=sb(8, 16, 0, [[1, 8]]), line=42)])
 
 
+def test_a_repeated_instruction_is_checked_for_what_may_differ():
+    """Decode shares the work of instructions with the same operand pattern objects and attributes (the repeated
+    layers of a model); their semaphores and the rules that depend on the instructions before them (PE's
+    stationary tile) are still checked for each."""
+    tile, out = sb(0, 64, 0, [[1, 64]]), ps(0, 64, 0, [[1, 64]])
+    memset = ins("dve", "memset", dst=tile, value=1.0)
+    again = ins("dve", "memset", dst=tile, value=1.0, waits=[(999, 1)])
+    with pytest.raises(RuleViolation, match=r"instruction #1 dve.memset: semaphore id out of range: id 999"):
+        run([memset, again])
+    stationary, moving = sb(0, 64, 0, [[1, 64]], "bf16"), sb(0, 64, 512, [[1, 64]], "bf16")
+    matmul = dict(dst=out, src=moving)
+    with pytest.raises(RuleViolation, match=r"instruction #3 pe.multiply_moving: K of moving differs"):
+        run([ins("pe", "load_stationary", src=stationary), ins("pe", "multiply_moving", **matmul),
+             ins("pe", "load_stationary", src=sb(0, 32, 0, [[1, 64]], "bf16")),
+             ins("pe", "multiply_moving", **matmul)])
+
+
+def test_an_operand_valid_in_integer_mode_is_checked_again_in_fp32_mode():
+    a, b, dst = (sb(0, 1, offset, [[1, 4]], "i64") for offset in (0, 64, 128))
+    exact = ins("pool", "tensor_tensor", dst=dst, a=a, b=b, op="add", math="int")
+    rounded = ins("pool", "tensor_tensor", dst=dst, a=a, b=b, op="add")
+    with pytest.raises(RuleViolation, match=r"instruction #1 pool.tensor_tensor: operand dst: i64 arithmetic needs"):
+        run_program(program([], [exact, rounded]), {})
+
+
 @pytest.mark.parametrize("insts,match", [
     ([ins("dve", "frobnicate")], "unknown opcode 'frobnicate'"),
     ([ins("dve", "memset")], "missing operand 'dst'"),

@@ -7,6 +7,7 @@ import json
 import os
 import struct
 from dataclasses import replace
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -106,6 +107,37 @@ def _careful_encode(program: Program) -> bytes:
 @given(programs(with_constants=True))
 def test_fast_encoder_writes_the_careful_encoders_bytes(program: Program) -> None:
     assert neff.encode(program) == _careful_encode(program)
+
+
+def _both_decoders(data: bytes) -> tuple[list[Instruction], list[Instruction]]:
+    """The instructions of ``data`` by the fast decoder and by the careful, field-by-field one."""
+    version, _, sections = _split(data)
+    header = json.loads(sections[1])
+    tensors, strings = [t[0] for t in header["tensors"]], neff._decode_strings(sections[2])
+    fast = neff._decode_fast(sections[3], tensors, strings, version)
+    reader = neff._Reader(sections[3], "instructions")
+    (count,) = reader.read(neff._U32, "count")
+    careful = [neff._decode_instruction(reader, i, tensors, strings, version) for i in range(count)]
+    reader.finish()
+    return fast, careful
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(programs(with_constants=True))
+def test_fast_decoder_gives_the_careful_decoders_instructions(program: Program) -> None:
+    fast, careful = _both_decoders(neff.encode(program))
+    assert repr(fast) == repr(careful)  # the repr tells 1 from 1.0
+    assert fast == careful
+
+
+def test_fast_decoder_on_every_opcode_and_a_compiled_program() -> None:
+    compiled = (Path(__file__).parent / "data" / "emulator" / "hf_gpt2.neff").read_bytes()
+    for data in (neff.encode(_full_program()), compiled):
+        fast, careful = _both_decoders(data)
+        assert repr(fast) == repr(careful)
+        # patterns decoded once per encoding and shared, as the compiler shares them
+        assert len({id(ap) for i in fast for ap in i.operands.values()}) == len(
+            {ap for i in careful for ap in i.operands.values()})
 
 
 def test_fast_encoder_falls_back_without_a_trace() -> None:
