@@ -385,12 +385,16 @@ class RuleChecker:
     def _load_stationary(self, who: str, inst: Instruction) -> None:
         self._pe_dtype(who, inst)
         src = inst.operands["src"]
-        max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
-        if src.partitions > max_k:
-            self._fail(who, "stationary K over the limit", f"K={src.partitions} > {max_k}")
+        self._k_limit(who, src, "stationary")
         if free_size(src) > self.pe["max_m"]:
             self._fail(who, "stationary M over the limit", f"M={free_size(src)} > {self.pe['max_m']}")
         self._keep_stationary(who, inst)
+
+    def _k_limit(self, who: str, src: AccessPattern, tile: str, detail: str = "") -> None:
+        """A PE operand's contraction size K (its partitions) against the limit of its dtype."""
+        max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
+        if src.partitions > max_k:
+            self._fail(who, f"{tile} K over the limit", f"K={src.partitions} > {max_k}{detail}")
 
     def _keep_stationary(self, who: str, inst: Instruction) -> None:
         """load_stationary's part that depends on the program so far (STATE_RULES)."""
@@ -414,9 +418,7 @@ class RuleChecker:
         if self.state.stationary is None:
             self._fail(who, "multiply_moving without a stationary tile", "no load_stationary before it")
         self._pe_dtype(who, inst)
-        max_k = self.pe["max_k_fp8" if src.dtype in FP8_DTYPES else "max_k"]
-        if src.partitions > max_k:
-            self._fail(who, "moving K over the limit", f"K={src.partitions} > {max_k} for {src.dtype}")
+        self._k_limit(who, src, "moving", f" for {src.dtype}")
         if free_size(src) > self.pe["max_n"]:
             self._fail(who, "moving N over the limit", f"N={free_size(src)} > {self.pe['max_n']}")
         self._against_stationary(who, inst)
