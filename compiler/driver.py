@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import contextlib
 import gc
 import json
 import logging
@@ -35,6 +34,7 @@ from hlo.parser import parse_module
 from hlo.printer import is_elided, print_module
 from hlo.verifier import verify_module
 from isa import neff
+from isa.collector import paused as collector_paused  # (compile, and the CLI's model loading)
 from isa.errors import IsaError
 from isa.program import Program
 from isa.target import load_target as isa_load_target
@@ -213,20 +213,6 @@ def compile_options(model: Any, example_inputs: Sequence[Any], options: CompileO
     _skip_exit_collection()
     with collector_paused():
         return _compile_options(model, example_inputs, options, example_kwargs, detach)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off meanwhile (restored after): for work that allocates a great many
-    objects that live on (a compile; `neuronc compile` importing torch and transformers and building the model,
-    where the collector's full scans took ~0.6 of GPT-2's ~4.7 CPU s)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 _EXIT_HOOK: list[bool] = []

@@ -25,14 +25,12 @@ as their raw bits (uint16/uint8) since numpy's npz cannot describe them.
 
 from __future__ import annotations
 
-import gc
 import json
 import operator
 import os
 import re
 import zipfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -43,6 +41,7 @@ import numpy as np
 from lark import Lark, Token, Tree
 from lark.exceptions import UnexpectedInput, UnexpectedToken
 
+from isa.collector import paused as _gc_paused  # the parse tree: millions of acyclic objects
 from isa.constants import (
     CONSTANTS_KEY_SEP,
     constant_problems,
@@ -247,19 +246,6 @@ def save_asm_file(program: Program, path: str | os.PathLike) -> None:
     if side is not None:
         write_constants(program, side)
     write_atomic(path, text.encode())
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC: the parse tree is millions of acyclic objects whose repeated GC scans
-    would otherwise take more than half of the assembly time of a large program."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 class _Assembler:

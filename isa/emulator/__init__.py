@@ -8,17 +8,16 @@ further runs, which replay the recorded order of the numerics without scheduling
 
 from __future__ import annotations
 
-import gc
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from isa.checks import CHECKS
 from isa.collector import long_lived as _long_lived  # decode's ~9 objects per instruction
+from isa.collector import paused as _gc_paused  # a run allocates views and temporaries by the thousand
 from isa.emulator.checks import Checker
 from isa.emulator.control import ControlScheduler, check_control, has_control
 from isa.emulator.decode import decode_program
@@ -68,19 +67,6 @@ class ProgressBar:
         if self.shown:
             sys.stderr.write("\n")
             sys.stderr.flush()
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector: a run allocates tens of thousands of long-lived
-    objects (decoded ops, views), and repeated full collections over them doubled decode time."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 # control opcodes that read data (SBUF) into the control state: a program using one is scheduled on every run
