@@ -121,6 +121,13 @@ def _dma_runner(dst: np.ndarray, src: np.ndarray) -> Runner:
     return partial(dst.__setitem__, Ellipsis, source)
 
 
+def _view_at(geometry: tuple, offset: int) -> np.ndarray:
+    """The view of a geometry (``decode_program``'s ``geometries`` entry) starting at byte ``offset`` of its buffer:
+    from its windows when they reach it, else built."""
+    base, dt, shape, strides, _, windows, positions = geometry[:7]
+    return windows[offset] if 0 <= offset < positions else np.ndarray(shape, dt, base, offset, strides)
+
+
 class _Plan:
     """What decoding needs of one instruction structure (engine, opcode, operand names), found once: the spec,
     the cost (a fixed figure when it depends only on the engine), the operands' access kinds in the
@@ -202,7 +209,6 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
     plans: dict[tuple, _Plan] = {}
     ops: list[Op] = []
     append = ops.append
-    ndarray = np.ndarray
 
     def info_of(ap: AccessPattern) -> tuple:
         """``by_id``'s entry of a pattern not seen before; all but the view and bytes, and the view's layout, are
@@ -227,17 +233,14 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
         if flat is not None and 0 <= offset and offset + nbytes <= flat_bytes:
             info = by_id[id(ap)] = (None, shape, runs, nbytes, hbm, flat[offset:offset + nbytes], geometry, offset)
             return info
-        view = windows[offset] if 0 <= offset < positions else ndarray(shape, dt, base, offset, strides)
-        info = by_id[id(ap)] = (view, shape, runs, nbytes, hbm, None, geometry, offset)
+        info = by_id[id(ap)] = (_view_at(geometry, offset), shape, runs, nbytes, hbm, None, geometry, offset)
         return info
 
     def view_of(ap: AccessPattern) -> np.ndarray:
         info = by_id.get(id(ap)) or info_of(ap)
         view = info[0]
         if view is None:
-            geometry, offset = info[6], info[7]
-            base, dt, shape, strides, _, windows, positions = geometry[:7]
-            view = windows[offset] if 0 <= offset < positions else ndarray(shape, dt, base, offset, strides)
+            view = _view_at(info[6], info[7])
             by_id[id(ap)] = (view, *info[1:])
         return view
 
@@ -278,14 +281,12 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             if duration is None:  # a dma on an engine whose cost is not fixed: not the table's
                 duration = plan.cost(target, inst)
             dst, src = operands["dst"], operands["src"]
-            _, dst_shape, dst_runs, dst_bytes, dst_hbm, dst_flat, _, _ = by_id.get(id(dst)) or info_of(dst)
-            _, src_shape, src_runs, nbytes, src_hbm, src_flat, _, _ = by_id.get(id(src)) or info_of(src)
+            _, _, dst_runs, dst_bytes, dst_hbm, dst_flat, _, _ = by_id.get(id(dst)) or info_of(dst)
+            _, _, src_runs, nbytes, src_hbm, src_flat, _, _ = by_id.get(id(src)) or info_of(src)
             if dst_flat is not None and src_flat is not None and dst_bytes == nbytes and dst.dtype == src.dtype:
                 # contiguous on both sides, one type: ``dst[...] = src.reshape(dst.shape)`` is a copy of bytes
                 # (memmove: overlapping sides too), without numpy's indexing
                 run = partial(dst_flat.__setitem__, _ALL, src_flat)
-            elif src_shape == dst_shape:
-                run = partial(view_of(dst).__setitem__, Ellipsis, view_of(src))
             else:
                 run = _dma_runner(view_of(dst), view_of(src))
             append(Op(index, inst, engine, opcode, waits, signals, duration, run, (src,), (dst,), 0,
