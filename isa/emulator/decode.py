@@ -300,10 +300,8 @@ def decode_program(program: Program, target: Target, memory: Memory, *, rules: b
             run, reads, writes, base = twin.run, twin.reads, twin.writes, twin.duration
             if plan.dependent:  # the figure depends on the instruction before on the engine too
                 before = previous.get(engine)
-                if before is None:
-                    duration = base + dependent_extra(target, inst, None)
-                elif before[1] is None:  # after an instruction without a twin
-                    duration = base + dependent_extra(target, inst, before[0])
+                if before is None or before[1] is None:  # first on its engine, or after an instruction without a twin
+                    duration = base + dependent_extra(target, inst, before[0] if before is not None else None)
                 else:
                     pair = (twin, before[1])
                     duration = extras.get(pair)
