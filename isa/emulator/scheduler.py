@@ -151,43 +151,14 @@ class Scheduler:
             if not stream.ops and self.observer:
                 self.observer.on_stream_end(stream.name)
             self._try_issue(stream, None)
-        if self.handlers[DMA_DONE] == self._done_q:
-            self._loop_q()
-        else:
-            heap, handlers, pop = self.heap, self.handlers, heapq.heappop
-            while heap:
-                time, _, _, kind, payload = pop(heap)
-                self.now = time
-                handlers[kind](payload)
-        self._check_finished()
-        self.timeline.time_ns = self.now if self.now >= self.horizon else self.horizon
-        return self.timeline
-
-    def _loop_q(self) -> None:
-        """``run``'s event loop with ``_done_q`` and its ``_begin_q`` inline (a DMA_DONE per transfer: most events)."""
-        heap, handlers, pop, push, seq = self.heap, self.handlers, heapq.heappop, heapq.heappush, self.seq
-        fifos, sources, rate, observer = self.fifo, self.sources, self.queue_rate, self.observer
-        transfer_start, transfer_end = self.timeline.transfer_start, self.timeline.transfer_end
-        executed = self.executed
+        heap, handlers, pop = self.heap, self.handlers, heapq.heappop
         while heap:
             time, _, _, kind, payload = pop(heap)
             self.now = time
-            if kind != DMA_DONE:
-                handlers[kind](payload)
-                continue
-            transfer_end[payload.index] = time
-            if payload.signals:
-                self._fire(payload, sources[payload.queue], True)
-            fifo = fifos[payload.queue]
-            if fifo:
-                op = fifo.popleft()
-                transfer_start[op.index] = time
-                if observer:
-                    observer.on_transfer(op)
-                if not self.defer:
-                    op.run()
-                executed.append(op.run)
-                push(heap, (time + op.transfer_bytes / rate, -1, next(seq), DMA_DONE, op))
+            handlers[kind](payload)
+        self._check_finished()
+        self.timeline.time_ns = self.now if self.now >= self.horizon else self.horizon
+        return self.timeline
 
     def _push(self, time: float, kind: int, payload: object, order: int = -1) -> None:
         """Events fire in time order; at equal times in program order (``order``: instruction index)."""
@@ -361,18 +332,20 @@ class Scheduler:
             self.held[op.queue] = None
 
     def _begin_q(self, op: Op) -> None:
-        now = self.now
-        self.timeline.transfer_start[op.index] = now
+        self._transfer_starts(op)
+        heapq.heappush(self.heap, (self.now + op.transfer_bytes / self.queue_rate, -1, next(self.seq), DMA_DONE, op))
+
+    def _transfer_starts(self, op: Op) -> None:
+        """Record the start of ``op``'s transfer and move its data (now, or recorded for the caller: ``defer``)."""
+        self.timeline.transfer_start[op.index] = self.now
         if self.observer:
             self.observer.on_transfer(op)
         if not self.defer:
             op.run()
         self.executed.append(op.run)
-        heapq.heappush(self.heap, (now + op.transfer_bytes / self.queue_rate, -1, next(self.seq), DMA_DONE, op))
 
     def _done_q(self, op: Op) -> None:
-        """``_dma_done`` at the queue rate: ``op``'s transfer ends now; the next one on its queue starts (``run`` has
-        this inline: ``_loop_q``)."""
+        """``_dma_done`` at the queue rate: ``op``'s transfer ends now; the next one on its queue starts."""
         self.timeline.transfer_end[op.index] = self.now
         if op.signals:
             self._fire(op, self.sources[op.queue], True)
@@ -389,12 +362,7 @@ class Scheduler:
     def _start_transfer(self, queue: int) -> None:
         op = self.fifo[queue].popleft()
         self.queue_busy[queue] = True
-        self.timeline.transfer_start[op.index] = self.now
-        if self.observer:
-            self.observer.on_transfer(op)
-        if not self.defer:
-            op.run()
-        self.executed.append(op.run)
+        self._transfer_starts(op)
         hbm = bool(op.hbm_read or op.hbm_write)
         self.active.append(Transfer(op, op.transfer_bytes, hbm))
         self.active_hbm += hbm
