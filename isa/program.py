@@ -72,8 +72,12 @@ class AccessPattern:
 
     @_cached
     def free_size(self) -> int:
-        """Elements per partition."""
-        return prod(self.free_shape)
+        """Elements per partition (from the pattern itself: decode asks most patterns for it once, before
+        anything asks for their free shape)."""
+        size = 1
+        for _, count in self.pattern:
+            size *= count
+        return size
 
     @_cached
     def shape(self) -> tuple[int, ...]:

@@ -76,16 +76,8 @@ class _Who:
 
 
 def free_size(ap: AccessPattern) -> int:
-    """Elements per partition (``AccessPattern.free_size``, kept in the pattern as it keeps it), computed here
-    without its descriptor's two calls when not yet known: decode asks for most patterns once."""
-    cache = ap.__dict__
-    size = cache.get("free_size")
-    if size is None:
-        size = 1
-        for _, count in ap.pattern:
-            size *= count
-        cache["free_size"] = size
-    return size
+    """Elements per partition (``AccessPattern.free_size``: computed once per pattern object)."""
+    return ap.free_size
 
 
 def byte_bounds(ap: AccessPattern) -> tuple[int, int]:
