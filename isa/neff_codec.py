@@ -15,6 +15,7 @@ _OPERAND_INDEX = _ATTR_COUNT = struct.Struct("<B")
 _PATTERN_HEAD = struct.Struct("<BBBxiiqqi")
 _PAIR = struct.Struct("<qq")
 _PAIR_COUNT = struct.Struct("<B")  # the third byte of _PATTERN_HEAD
+_OPERAND_HEAD = 1 + _PATTERN_HEAD.size  # an operand: its index among the opcode's operands, then its pattern head
 _WAIT = struct.Struct("<II")
 _ATTR_STRUCTS = {int: struct.Struct("<q"), float: struct.Struct("<d")}
 _CHOICE, _STRING = _U16, _U32
@@ -75,7 +76,7 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
     append = out.append
     for _ in range(count):
         code, engine, operand_count = head(body, pos)
-        pos += 4
+        pos += _INSTR_HEAD.size
         plan = plans.get(code)
         if plan is None:
             plan = plans[code] = _DecodePlan(code)  # KeyError: an unknown code
@@ -83,7 +84,7 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
         operands = {}
         for _ in range(operand_count):
             name = names[body[pos]]
-            end = pos + 33 + 16 * body[pos + 3]  # the operand index, the pattern head, its pairs
+            end = pos + _OPERAND_HEAD + _PAIR.size * body[pos + 3]  # the operand index, the pattern head, its pairs
             if end > size:
                 raise _Malformed
             raw = body[pos + 1:end]
@@ -92,7 +93,7 @@ def _decode_fast(body: bytes, tensors: list[str], strings: list[str], version: i
                 memory, dtype, _, start, partitions, offset, pstride, tensor = pattern_head(raw)
                 if memory >= n_memories or dtype not in dtypes or not -1 <= tensor < n_tensors:
                     raise _Malformed
-                key = raw[32:]
+                key = raw[_PATTERN_HEAD.size:]
                 pattern = pair_tuples.get(key)
                 if pattern is None:
                     pairs = _pattern_struct(body[pos + 3]).unpack_from(key)

@@ -38,7 +38,7 @@ F32 = np.float32
 
 
 class EngineState:
-    """State kept by the engines between instructions: PE's stationary tile as fp32 [M, K] and
+    """State kept by the engines between instructions: PE's stationary tile as fp32 [K, M] and
     ACT's per-partition fp32 accumulator registers (zero at start)."""
 
     def __init__(self, partitions: int) -> None:
