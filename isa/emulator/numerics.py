@@ -34,7 +34,8 @@ def _erfc(x: Array) -> Array:
     erfcc): ``t = 1 / (1 + z/2)``, ``t * exp(-z*z + poly(t))`` for ``z = |x|``, ``2 - that`` where ``x < 0``.
 
     In place in three arrays instead of a temporary per operation (2x faster on ConvNeXt's GELUs): each
-    operation is the formula's own with its operands in the formula's order (so even a NaN keeps its sign)."""
+    operation is the formula's own, on the same operands, so every result but a NaN keeps the formula's bits (a NaN's
+    sign is whatever numpy's SIMD loop passes on, as it was). tests/isa/test_activation_bits.py compares them."""
     z = np.abs(x)
     t = np.multiply(0.5, z)
     np.add(1.0, t, out=t)
